@@ -1,0 +1,214 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/wave"
+)
+
+// Defaults of PipelineConfig, for fields left zero.
+const (
+	DefaultConcurrency   = 16
+	DefaultMaxAttempts   = 10
+	DefaultRetryDelay    = 100 * time.Millisecond
+	DefaultMaxRetryDelay = 30 * time.Second
+	DefaultDrainTimeout  = 10 * time.Second
+	DefaultCheckInterval = 250 * time.Millisecond
+	DefaultErrorBackoff  = 100 * time.Millisecond
+	DefaultMaxErrorDelay = 30 * time.Second
+)
+
+// PipelineConfig configures the shared receive pipeline of every transport's
+// subscriber: the receive loop (waves, back-pressure, watchdog) and the
+// receiver stage (buffer, permits, retries). Each transport's
+// SubscriberConfig embeds it. The zero value is the defaults.
+type PipelineConfig struct {
+	// Concurrency is the maximum number of un-acked messages delivered to
+	// Watermill at once (the concurrency permits). Set 1 for strict order.
+	// Defaults to DefaultConcurrency (16). URL: concurrency.
+	Concurrency int
+
+	// BufferSize bounds the claimed deliveries waiting for a permit.
+	// Defaults to 2 × Concurrency. URL: buffer.
+	BufferSize int
+
+	// MaxAttempts: a message nacked on its MaxAttempts-th attempt is
+	// dead-lettered instead of retried. Negative means retry forever (leave
+	// it to the broker's own redrive policy). Defaults to
+	// DefaultMaxAttempts (10). URL: max_attempts.
+	MaxAttempts int
+
+	// RetryDelay is the redelivery delay after the first nack; it doubles
+	// per attempt up to MaxRetryDelay. Negative means redeliver at once.
+	// Defaults to DefaultRetryDelay (100ms) and DefaultMaxRetryDelay (30s).
+	// URL: retry_delay, max_retry_delay.
+	RetryDelay    time.Duration
+	MaxRetryDelay time.Duration
+
+	// DrainTimeout is how long Close waits for in-flight messages to be
+	// acked or nacked before handing them back for redelivery. Defaults to
+	// DefaultDrainTimeout (10s). URL: drain_timeout.
+	DrainTimeout time.Duration
+
+	// Wave configures the receive ramp (cap 64, empty delay 1s by default).
+	// URL: wave_cap, empty_delay.
+	Wave wave.Config
+
+	// MaxQueue is the back-pressure maximum on QueueCount (buffered + in
+	// flight + batch pending): above it the loop stops fetching and the
+	// listener reports too busy. Defaults to 1000. URL: max_queue.
+	MaxQueue int
+
+	// RestartQueue is the threshold at or below which a too-busy listener
+	// resumes. Defaults to MaxQueue × 7 / 10. URL: restart_queue.
+	RestartQueue int
+
+	// CheckInterval is the period of the back-pressure and watchdog check
+	// (it also reacts at once to count changes). Defaults to
+	// DefaultCheckInterval (250ms). URL: check_interval.
+	CheckInterval time.Duration
+
+	// ErrorBackoff is the first wait after a failed receive; it doubles
+	// (with jitter) per consecutive failure up to MaxErrorDelay. Defaults to
+	// DefaultErrorBackoff (100ms) and DefaultMaxErrorDelay (30s).
+	ErrorBackoff  time.Duration
+	MaxErrorDelay time.Duration
+
+	// Clock drives waits of the receive loop; nil is the wall clock. For
+	// tests.
+	Clock Clock
+}
+
+// DefaultMaxQueue is the default back-pressure maximum.
+const DefaultMaxQueue = 1000
+
+// WithDefaults returns c with every zero field set to its default.
+func (c PipelineConfig) WithDefaults() PipelineConfig {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.BufferSize == 0 {
+		c.BufferSize = 2 * c.Concurrency
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	c.Wave = c.Wave.WithDefaults()
+	if c.MaxQueue == 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	if c.RestartQueue == 0 {
+		c.RestartQueue = c.MaxQueue * 7 / 10
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = DefaultCheckInterval
+	}
+	if c.ErrorBackoff == 0 {
+		c.ErrorBackoff = DefaultErrorBackoff
+	}
+	if c.MaxErrorDelay == 0 {
+		c.MaxErrorDelay = DefaultMaxErrorDelay
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	return c
+}
+
+// Validate reports every invalid field of c (after defaults) at once,
+// wrapped in ErrInvalidConfig.
+func (c PipelineConfig) Validate() error {
+	d := c.WithDefaults()
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if d.Concurrency < 1 {
+		bad("Concurrency", "must be ≥ 1, got %d", c.Concurrency)
+	}
+	if d.BufferSize < 1 {
+		bad("BufferSize", "must be ≥ 1, got %d", c.BufferSize)
+	}
+	if d.DrainTimeout < 0 {
+		bad("DrainTimeout", "must be ≥ 0, got %s", c.DrainTimeout)
+	}
+	if d.MaxRetryDelay < 0 {
+		bad("MaxRetryDelay", "must be ≥ 0, got %s", c.MaxRetryDelay)
+	}
+	if err := c.Wave.Validate(); err != nil {
+		bad("Wave", "%v", err)
+	}
+	if d.MaxQueue < 1 {
+		bad("MaxQueue", "must be ≥ 1, got %d", c.MaxQueue)
+	}
+	if d.RestartQueue < 0 || d.RestartQueue >= d.MaxQueue {
+		bad("RestartQueue", "must be ≥ 0 and below MaxQueue (%d), got %d", d.MaxQueue, d.RestartQueue)
+	}
+	if d.CheckInterval < 0 {
+		bad("CheckInterval", "must be > 0, got %s", c.CheckInterval)
+	}
+	if d.ErrorBackoff < 0 || d.MaxErrorDelay < 0 {
+		bad("ErrorBackoff", "ErrorBackoff and MaxErrorDelay must be ≥ 0")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// ParseURL sets the fields named by URL query parameters (concurrency,
+// buffer, max_attempts, retry_delay, max_retry_delay, drain_timeout,
+// wave_cap, empty_delay, max_queue, restart_queue, check_interval). Problems
+// are recorded in p.
+func (c *PipelineConfig) ParseURL(p *urlparam.Params) {
+	const maxInt = 1 << 30
+	c.Concurrency = p.Int("concurrency", c.Concurrency, 1, 1<<20)
+	c.BufferSize = p.Int("buffer", c.BufferSize, 1, 1<<24)
+	c.MaxAttempts = p.Int("max_attempts", c.MaxAttempts, -1, maxInt)
+	c.RetryDelay = p.Duration("retry_delay", c.RetryDelay, -1, 24*time.Hour)
+	c.MaxRetryDelay = p.Duration("max_retry_delay", c.MaxRetryDelay, 0, 24*time.Hour)
+	c.DrainTimeout = p.Duration("drain_timeout", c.DrainTimeout, 0, time.Hour)
+	c.Wave.Cap = p.Int("wave_cap", c.Wave.Cap, 1, 1<<16)
+	c.Wave.EmptyDelay = p.Duration("empty_delay", c.Wave.EmptyDelay, -1, time.Hour)
+	c.MaxQueue = p.Int("max_queue", c.MaxQueue, 1, maxInt)
+	c.RestartQueue = p.Int("restart_queue", c.RestartQueue, 0, maxInt)
+	c.CheckInterval = p.Duration("check_interval", c.CheckInterval, time.Millisecond, time.Hour)
+}
+
+// RetryDelayFor returns the redelivery delay after a nack of the given
+// 1-based attempt: RetryDelay × 2^(attempt-1), capped at MaxRetryDelay.
+func (c PipelineConfig) RetryDelayFor(attempt int) time.Duration {
+	c = c.WithDefaults()
+	if c.RetryDelay < 0 {
+		return 0
+	}
+	d := c.RetryDelay
+	for i := 1; i < attempt && d < c.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxRetryDelay)
+}
+
+// Clock is the time source of the receive loop; tests inject a fake.
+type Clock interface {
+	Now() time.Time
+	// After returns a channel that receives after d.
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

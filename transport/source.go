@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// A Source is the only thing a transport implements on the receive side. It
+// claims raw deliveries from a broker and settles them; the shared pipeline
+// (the Listener and the receiver stage) owns everything else: the receive
+// loop, the bounded buffer, concurrency permits, mapping, delivery to
+// Watermill, retries and dead-lettering decisions.
+//
+// All methods may be called concurrently. Settlement methods (Begin,
+// Complete, Retry, Release, DeadLetter) are called at most once per delivery
+// in the order Begin → (Complete | Retry | DeadLetter), or Release alone for a
+// delivery that never reached user code. A source is free to coalesce
+// concurrent calls into batched broker requests (one DELETE for many acks, one
+// DeleteMessageBatch for ten), as long as each call returns the outcome of its
+// own delivery.
+type Source interface {
+	// Claim claims at most max deliveries (max ≥ 1) that are due now. It
+	// returns an empty slice, not an error, when nothing is available. A
+	// long-polling source may block until ctx is done or a message arrives.
+	// Claimed deliveries are leased to this source until settled or released.
+	Claim(ctx context.Context, max int) ([]*Delivery, error)
+
+	// Map turns a claimed delivery into a Watermill message. The pipeline
+	// drops the raw payload (Delivery.Raw) right after a successful Map. A
+	// non-nil error sends the delivery to DeadLetter with the error as the
+	// reason, with Raw still set.
+	Map(d *Delivery) (*message.Message, error)
+
+	// Begin is the lease gate. It runs after the delivery has a concurrency
+	// permit and before any user code sees the message. It returns
+	// ErrLeaseLost when the delivery is no longer owned by this claim (the
+	// pipeline then drops it without running user code). A source that counts
+	// attempts when processing starts updates d.Attempt here.
+	Begin(ctx context.Context, d *Delivery) error
+
+	// Complete removes a successfully handled delivery (the ack).
+	Complete(ctx context.Context, d *Delivery) error
+
+	// Retry makes a nacked delivery available again after delay.
+	Retry(ctx context.Context, d *Delivery, delay time.Duration) error
+
+	// Release returns deliveries that never reached user code to the broker
+	// untouched: no attempt is counted and they are available at once.
+	Release(ctx context.Context, ds []*Delivery) error
+
+	// DeadLetter moves a delivery to the dead-letter destination with a
+	// reason. msg is the mapped message, or nil when mapping failed (then
+	// d.Raw still holds the raw payload).
+	DeadLetter(ctx context.Context, d *Delivery, msg *message.Message, reason string) error
+
+	// Close releases the source's resources. Deliveries still leased are
+	// left to the broker's lease or visibility expiry.
+	Close(ctx context.Context) error
+}
+
+// A Delivery is one raw message claimed from a broker.
+type Delivery struct {
+	// ID identifies the delivery at the broker (a row id, an SQS message
+	// id). It is used in logs and dead-letter records.
+	ID string
+
+	// Attempt is the 1-based delivery attempt, as counted by the broker
+	// (SQS ApproximateReceiveCount, a SQL attempts column). Sources that count
+	// attempts at Begin set it there.
+	Attempt int
+
+	// Handle is the source's own settlement token (receipt handle, owner
+	// token and row id). The pipeline never looks inside it.
+	Handle any
+
+	// Raw is the source's raw payload (an SQS body string and attributes, a
+	// SQL row's buffers). The pipeline sets it to nil once Map has succeeded,
+	// so the broker payload is not retained next to the mapped message.
+	Raw any
+}
+
+// Renewer is implemented by sources whose leases expire (SQS visibility
+// timeout, SQL processing lease). The pipeline calls Renew with every
+// delivery that user code still holds, once per RenewInterval.
+type Renewer interface {
+	RenewInterval() time.Duration
+	// Renew extends the leases of ds. It returns ErrLeaseLost (possibly
+	// wrapped, possibly joined) for deliveries whose lease is gone.
+	Renew(ctx context.Context, ds []*Delivery) error
+}
+
+// Waker is implemented by sources that can tell the receive loop that new
+// messages may have arrived (PostgreSQL LISTEN/NOTIFY, an in-process
+// publisher), so an idle loop wakes before its empty delay ends.
+type Waker interface {
+	// Wake returns a channel that receives a value when messages may be
+	// available. It is read by one listener only.
+	Wake() <-chan struct{}
+}
+
+// Sentinel errors shared by every transport. Callers branch on them with
+// errors.Is.
+var (
+	// ErrClosed is returned by operations on a closed publisher, subscriber
+	// or listener.
+	ErrClosed = errors.New("berth: closed")
+
+	// ErrLeaseLost means a delivery is no longer owned by the claim that
+	// fetched it (another instance took it over, or its lease expired).
+	ErrLeaseLost = errors.New("berth: lease lost")
+
+	// ErrInvalidConfig wraps every configuration error; the wrapped errors
+	// name the offending fields.
+	ErrInvalidConfig = errors.New("berth: invalid config")
+
+	// ErrQueueNotFound means the queue or table does not exist and the
+	// transport is not allowed to create it.
+	ErrQueueNotFound = errors.New("berth: queue does not exist")
+
+	// ErrUnknownScheme is returned by OpenPublisher and OpenSubscriber for a
+	// URL whose scheme no imported transport registered.
+	ErrUnknownScheme = errors.New("berth: unknown URL scheme")
+
+	// ErrMessageTooLarge is returned when a payload exceeds the
+	// transport's limit.
+	ErrMessageTooLarge = errors.New("berth: message too large")
+)
+
+// Metadata keys the pipeline sets on every delivered message.
+const (
+	// MetadataAttempt holds the delivery attempt (1-based) as a decimal.
+	MetadataAttempt = "berth_attempt"
+	// MetadataMessageID holds the broker's id for the delivery.
+	MetadataMessageID = "berth_message_id"
+)
