@@ -28,8 +28,12 @@ type Receiver interface {
 	InFlight() int
 	// Fault returns the terminal fault, or nil while the receiver is healthy.
 	Fault() *Fault
-	// Done is closed when the receiver has stopped, by Close or by a fault.
+	// Done is closed when Close has finished.
 	Done() <-chan struct{}
+	// ReleaseBuffered hands every buffered (never delivered) delivery back
+	// to the broker at once, with no attempt counted. Listeners call it when
+	// paused.
+	ReleaseBuffered(ctx context.Context) error
 	// Close stops the stage: buffered deliveries are released to the
 	// broker, in-flight ones may finish until ctx is done, and what is left
 	// is handed back for redelivery. It is idempotent and waits.

@@ -1,0 +1,560 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/transport"
+)
+
+// SettleTimeout bounds each settlement call to the broker (ack, nack,
+// release, dead-letter). Settlement never uses a context that closing has
+// already cancelled.
+const SettleTimeout = 30 * time.Second
+
+// Receiver is the shared receive stage. Build it with New.
+type Receiver struct {
+	src      transport.Source
+	renewer  transport.Renewer // nil when the source has no leases to renew
+	cfg      transport.PipelineConfig
+	out      chan<- *message.Message
+	base     context.Context
+	pending  *transport.Pending
+	onChange func()
+	logger   watermill.LoggerAdapter
+
+	permits chan struct{}
+
+	mu      sync.Mutex
+	buf     []*transport.Delivery
+	holding map[*transport.Delivery]struct{} // gated, unsettled (renewed)
+	closed  bool
+	avail   chan struct{} // cap 1: the buffer got an item
+
+	inflight atomic.Int64
+	fault    atomic.Pointer[transport.Fault]
+
+	stop      chan struct{} // closed by Close or a fault: no new deliveries
+	stopOnce  sync.Once
+	abandon   chan struct{} // closed when the drain deadline passes
+	abandonMu sync.Once
+	done      chan struct{}
+	closeOnce sync.Once
+	workers   sync.WaitGroup // dispatcher and processes
+	renewStop chan struct{}  // closed once every worker has exited
+	renewWG   sync.WaitGroup
+}
+
+var _ transport.Receiver = (*Receiver)(nil)
+
+// New builds and starts a receiver. It is a transport.ReceiverFactory.
+func New(p transport.ReceiverParams) (transport.Receiver, error) {
+	if p.Source == nil {
+		return nil, fmt.Errorf("%w: Source: required", transport.ErrInvalidConfig)
+	}
+	if p.Out == nil {
+		return nil, fmt.Errorf("%w: Out: required", transport.ErrInvalidConfig)
+	}
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := p.Config.WithDefaults()
+	base := p.Context
+	if base == nil {
+		base = context.Background()
+	}
+	logger := p.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	pending := p.Pending
+	if pending == nil {
+		pending = transport.NewPending(nil)
+	}
+	r := &Receiver{
+		src:       p.Source,
+		cfg:       cfg,
+		out:       p.Out,
+		base:      context.WithoutCancel(base),
+		pending:   pending,
+		onChange:  p.OnChange,
+		logger:    logger,
+		permits:   make(chan struct{}, cfg.Concurrency),
+		holding:   map[*transport.Delivery]struct{}{},
+		avail:     make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		abandon:   make(chan struct{}),
+		done:      make(chan struct{}),
+		renewStop: make(chan struct{}),
+	}
+	if rn, ok := p.Source.(transport.Renewer); ok && rn.RenewInterval() > 0 {
+		r.renewer = rn
+	}
+	r.workers.Add(1)
+	go r.dispatch()
+	if r.renewer != nil {
+		r.renewWG.Add(1)
+		go r.renew()
+	}
+	return r, nil
+}
+
+// Push implements transport.Receiver. Deliveries pushed after the receiver
+// stopped are released to the broker at once.
+func (r *Receiver) Push(ds []*transport.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	r.mu.Lock()
+	if r.closed || r.isStopped() {
+		r.mu.Unlock()
+		r.release(ds)
+		return
+	}
+	r.buf = append(r.buf, ds...)
+	r.mu.Unlock()
+	select {
+	case r.avail <- struct{}{}:
+	default:
+	}
+	r.changed()
+}
+
+// Free implements transport.Receiver.
+func (r *Receiver) Free() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0
+	}
+	return max(r.cfg.BufferSize-len(r.buf), 0)
+}
+
+// Buffered implements transport.Receiver.
+func (r *Receiver) Buffered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.buf)
+}
+
+// InFlight implements transport.Receiver.
+func (r *Receiver) InFlight() int { return int(r.inflight.Load()) }
+
+// Fault implements transport.Receiver.
+func (r *Receiver) Fault() *transport.Fault { return r.fault.Load() }
+
+// Done implements transport.Receiver.
+func (r *Receiver) Done() <-chan struct{} { return r.done }
+
+// Holding returns the deliveries user code holds (gated and not yet
+// settled), for tests and tools.
+func (r *Receiver) Holding() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.holding)
+}
+
+func (r *Receiver) isStopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Receiver) changed() {
+	if r.onChange != nil {
+		r.onChange()
+	}
+}
+
+// recordFault marks the receiver faulted (first fault wins) and stops it
+// from taking new work. It records before it logs: logging may fail too.
+func (r *Receiver) recordFault(stage string, cause error) {
+	f := &transport.Fault{Stage: stage, Cause: cause, At: time.Now()}
+	if r.fault.CompareAndSwap(nil, f) {
+		r.stopOnce.Do(func() { close(r.stop) })
+		r.changed()
+		r.logError("receiver faulted", cause, watermill.LogFields{"stage": stage})
+	}
+}
+
+// guard runs fn, turning a panic into a recorded fault and an error.
+func (r *Receiver) guard(stage string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = panicError(p)
+			r.recordFault(stage, err)
+		}
+	}()
+	return fn()
+}
+
+func panicError(p any) error {
+	if e, ok := p.(error); ok {
+		return fmt.Errorf("panic: %w\n%s", e, debug.Stack())
+	}
+	return fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+}
+
+// logError and logDebug never let a failing logger take a stage down; a
+// panic inside them is recorded as a fault (but not logged again).
+func (r *Receiver) logError(msg string, err error, fields watermill.LogFields) {
+	defer func() {
+		if p := recover(); p != nil {
+			f := &transport.Fault{Stage: string(faults.Log), Cause: panicError(p), At: time.Now()}
+			if r.fault.CompareAndSwap(nil, f) {
+				r.stopOnce.Do(func() { close(r.stop) })
+				r.changed()
+			}
+		}
+	}()
+	_ = faults.Hit(faults.Log)
+	r.logger.Error(msg, err, fields)
+}
+
+func (r *Receiver) logDebug(msg string, fields watermill.LogFields) {
+	defer func() {
+		if p := recover(); p != nil {
+			f := &transport.Fault{Stage: string(faults.Log), Cause: panicError(p), At: time.Now()}
+			if r.fault.CompareAndSwap(nil, f) {
+				r.stopOnce.Do(func() { close(r.stop) })
+				r.changed()
+			}
+		}
+	}()
+	r.logger.Debug(msg, fields)
+}
+
+func settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), SettleTimeout)
+}
+
+// release hands deliveries back to the broker untouched.
+func (r *Receiver) release(ds []*transport.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := settleCtx()
+	defer cancel()
+	err := r.guard(string(faults.Release), func() error {
+		if err := faults.Hit(faults.Release); err != nil {
+			return err
+		}
+		return r.src.Release(ctx, ds)
+	})
+	if err != nil {
+		r.logError("release failed; the broker's lease expiry will return the deliveries", err,
+			watermill.LogFields{"count": len(ds)})
+	}
+}
+
+// dispatch takes a permit, then the oldest buffered delivery, and starts
+// processing it.
+func (r *Receiver) dispatch() {
+	defer r.workers.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			r.recordFault("dispatch", panicError(p))
+		}
+	}()
+	for {
+		select {
+		case r.permits <- struct{}{}:
+		case <-r.stop:
+			return
+		}
+		d := r.take()
+		if d == nil {
+			<-r.permits
+			return
+		}
+		r.workers.Add(1)
+		go r.process(d)
+	}
+}
+
+// take waits for a buffered delivery; nil means the receiver stopped.
+func (r *Receiver) take() *transport.Delivery {
+	for {
+		r.mu.Lock()
+		if r.isStopped() {
+			r.mu.Unlock()
+			return nil
+		}
+		if len(r.buf) > 0 {
+			d := r.buf[0]
+			r.buf[0] = nil
+			r.buf = r.buf[1:]
+			if len(r.buf) == 0 {
+				r.buf = nil // let the backing array go
+			}
+			r.inflight.Add(1)
+			r.mu.Unlock()
+			r.changed()
+			return d
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.avail:
+		case <-r.stop:
+			return nil
+		}
+	}
+}
+
+// process runs one delivery through map, gate, delivery and settlement.
+// It holds a permit until the message is settled or enters a batch.
+func (r *Receiver) process(d *transport.Delivery) {
+	var permitOnce sync.Once
+	freePermit := func() {
+		permitOnce.Do(func() {
+			r.inflight.Add(-1)
+			<-r.permits
+			r.changed()
+		})
+	}
+	defer r.workers.Done()
+	defer freePermit()
+	defer func() {
+		if p := recover(); p != nil {
+			r.recordFault("process", panicError(p))
+		}
+	}()
+
+	// Map, then drop the raw payload.
+	var msg *message.Message
+	err := r.guard(string(faults.Map), func() error {
+		if err := faults.Hit(faults.Map); err != nil {
+			return err
+		}
+		var err error
+		msg, err = r.src.Map(d)
+		return err
+	})
+	if r.isFaulted() {
+		return
+	}
+	if err != nil {
+		r.deadLetter(d, nil, "cannot map message: "+err.Error())
+		return
+	}
+	d.Raw = nil
+
+	// The lease gate.
+	ctx, cancel := settleCtx()
+	err = r.src.Begin(ctx, d)
+	cancel()
+	if err != nil {
+		if errors.Is(err, transport.ErrLeaseLost) {
+			r.logDebug("lease lost before processing; skipped", watermill.LogFields{"id": d.ID})
+		} else {
+			r.logError("lease gate failed; the delivery is left to lease recovery", err, watermill.LogFields{"id": d.ID})
+		}
+		return
+	}
+
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	msg.Metadata.Set(transport.MetadataAttempt, strconv.Itoa(d.Attempt))
+	if d.ID != "" {
+		msg.Metadata.Set(transport.MetadataMessageID, d.ID)
+	}
+	detached := make(chan struct{})
+	var detachOnce sync.Once
+	tracker := transport.NewTracker(r.pending, func() {
+		detachOnce.Do(func() { close(detached) })
+	})
+	msgCtx, cancelMsg := context.WithCancel(transport.WithTracker(r.base, tracker))
+	defer cancelMsg()
+	msg.SetContext(msgCtx)
+
+	r.mu.Lock()
+	r.holding[d] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.holding, d)
+		r.mu.Unlock()
+	}()
+
+	// Deliver.
+	if err := r.guard(string(faults.Deliver), func() error { return faults.Hit(faults.Deliver) }); err != nil {
+		r.retry(d, 0)
+		return
+	}
+	select {
+	case r.out <- msg:
+	case <-r.stop:
+		r.retry(d, 0) // never seen by user code
+		return
+	}
+
+	// Await settlement.
+	detachedCh := (<-chan struct{})(detached)
+	for {
+		select {
+		case <-msg.Acked():
+			cancelMsg()
+			r.complete(d)
+			return
+		case <-msg.Nacked():
+			cancelMsg()
+			r.nack(d, msg)
+			return
+		case <-detachedCh:
+			freePermit() // now counted as batch pending by the listener
+			detachedCh = nil
+		case <-r.abandon:
+			cancelMsg()
+			r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": d.ID})
+			r.retry(d, 0)
+			return
+		}
+	}
+}
+
+func (r *Receiver) isFaulted() bool { return r.fault.Load() != nil }
+
+func (r *Receiver) complete(d *transport.Delivery) {
+	ctx, cancel := settleCtx()
+	defer cancel()
+	err := r.guard(string(faults.Ack), func() error {
+		if err := faults.Hit(faults.Ack); err != nil {
+			return err
+		}
+		return r.src.Complete(ctx, d)
+	})
+	if err != nil {
+		r.logError("ack failed; the message may be redelivered", err, watermill.LogFields{"id": d.ID})
+	}
+}
+
+func (r *Receiver) nack(d *transport.Delivery, msg *message.Message) {
+	if r.cfg.MaxAttempts > 0 && d.Attempt >= r.cfg.MaxAttempts {
+		r.deadLetter(d, msg, fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts))
+		return
+	}
+	r.retry(d, r.cfg.RetryDelayFor(d.Attempt))
+}
+
+func (r *Receiver) retry(d *transport.Delivery, delay time.Duration) {
+	ctx, cancel := settleCtx()
+	defer cancel()
+	err := r.guard(string(faults.Nack), func() error {
+		if err := faults.Hit(faults.Nack); err != nil {
+			return err
+		}
+		return r.src.Retry(ctx, d, delay)
+	})
+	if err != nil {
+		r.logError("nack failed; the message returns after its lease expires", err, watermill.LogFields{"id": d.ID})
+	}
+}
+
+func (r *Receiver) deadLetter(d *transport.Delivery, msg *message.Message, reason string) {
+	ctx, cancel := settleCtx()
+	defer cancel()
+	err := r.guard(string(faults.DeadLetter), func() error {
+		if err := faults.Hit(faults.DeadLetter); err != nil {
+			return err
+		}
+		return r.src.DeadLetter(ctx, d, msg, reason)
+	})
+	if err != nil {
+		r.logError("dead-letter failed; the message returns after its lease expires", err,
+			watermill.LogFields{"id": d.ID, "reason": reason})
+	}
+}
+
+// renew extends the leases of every held delivery once per interval.
+func (r *Receiver) renew() {
+	defer r.renewWG.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			r.recordFault("renew", panicError(p))
+		}
+	}()
+	t := time.NewTicker(r.renewer.RenewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-r.renewStop:
+			return
+		}
+		r.mu.Lock()
+		ds := make([]*transport.Delivery, 0, len(r.holding))
+		for d := range r.holding {
+			ds = append(ds, d)
+		}
+		r.mu.Unlock()
+		if len(ds) == 0 {
+			continue
+		}
+		ctx, cancel := settleCtx()
+		err := r.renewer.Renew(ctx, ds)
+		cancel()
+		if err != nil {
+			r.logError("lease renewal failed", err, watermill.LogFields{"count": len(ds)})
+		}
+	}
+}
+
+// ReleaseBuffered implements transport.Receiver.
+func (r *Receiver) ReleaseBuffered(ctx context.Context) error {
+	r.mu.Lock()
+	ds := r.buf
+	r.buf = nil
+	r.mu.Unlock()
+	if len(ds) == 0 {
+		return nil
+	}
+	r.changed()
+	r.release(ds)
+	return ctx.Err()
+}
+
+// Close implements transport.Receiver. Buffered deliveries are released at
+// once; in-flight ones may be settled until ctx is done, then they are
+// handed back for redelivery.
+func (r *Receiver) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.stopOnce.Do(func() { close(r.stop) })
+		_ = r.ReleaseBuffered(ctx)
+
+		drained := make(chan struct{})
+		go func() {
+			r.workers.Wait()
+			close(drained)
+		}()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			r.abandonMu.Do(func() { close(r.abandon) })
+			<-drained
+		}
+		r.abandonMu.Do(func() { close(r.abandon) })
+		close(r.renewStop)
+		r.renewWG.Wait()
+		close(r.done)
+		r.changed()
+	})
+	<-r.done
+	return nil
+}

@@ -1,0 +1,610 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/wave"
+)
+
+// ClaimSizer is implemented by sources whose Claim returns at most a fixed
+// number of deliveries per call (SQS: 10). The receive loop then launches a
+// wave of concurrent Claims, one per probe. Sources without it (SQL) claim a
+// whole wave in one call, each row counting as a probe.
+type ClaimSizer interface {
+	MaxClaim() int
+}
+
+// ListenerConfig is what NewListener needs.
+type ListenerConfig struct {
+	// Name identifies the listener (topic, and consumer group if any).
+	Name string
+	// Source to receive from. The listener does not close it.
+	Source Source
+	// Pipeline configuration; defaults applied by NewListener.
+	Pipeline PipelineConfig
+	// NewReceiver builds the receiver stage, on Start and on every rebuild.
+	NewReceiver ReceiverFactory
+	// Context carries values into every message's context (its
+	// cancellation is ignored; use Close).
+	Context context.Context
+	// Logger; nil discards.
+	Logger watermill.LoggerAdapter
+}
+
+// A Listener runs one receive loop over one source: it claims waves of
+// deliveries sized by the wave controller, hands them to its receiver
+// stage, applies back-pressure on QueueCount, and watches its receiver:
+// a faulted receiver is disposed of and rebuilt. It owns the Watermill
+// channel that Messages returns.
+type Listener struct {
+	cfg         ListenerConfig
+	pcfg        PipelineConfig
+	logger      watermill.LoggerAdapter
+	out         chan *message.Message
+	pending     *Pending
+	claimSize   int
+	wakeCh      <-chan struct{}
+	loopKick    chan struct{}
+	checkKick   chan struct{}
+	stopCh      chan struct{}
+	started     atomic.Bool
+	startOnce   sync.Once
+	closeOnce   sync.Once
+	closed      chan struct{}
+	goroutines  sync.WaitGroup
+	disposals   sync.WaitGroup
+	startedAt   time.Time
+	rebuilds    atomic.Int64
+	waveSize    atomic.Int64
+	loopState   atomic.Int32
+	failures    atomic.Int64
+	queueGone   atomic.Bool
+	lastReceive atomic.Int64 // unix nanos
+
+	mu        sync.Mutex
+	recv      Receiver
+	paused    bool
+	latched   bool
+	lastErr   string
+	lastFault *Fault // kept after a rebuild for reporting
+}
+
+// NewListener validates cfg and returns a stopped listener.
+func NewListener(cfg ListenerConfig) (*Listener, error) {
+	var errs []error
+	if cfg.Source == nil {
+		errs = append(errs, errors.New("Source: required"))
+	}
+	if cfg.NewReceiver == nil {
+		errs = append(errs, errors.New("NewReceiver: required"))
+	}
+	if err := cfg.Pipeline.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
+	l := &Listener{
+		cfg:       cfg,
+		pcfg:      cfg.Pipeline.WithDefaults(),
+		logger:    cfg.Logger,
+		out:       make(chan *message.Message),
+		claimSize: 0,
+		loopKick:  make(chan struct{}, 1),
+		checkKick: make(chan struct{}, 1),
+		stopCh:    make(chan struct{}),
+		closed:    make(chan struct{}),
+	}
+	if l.logger == nil {
+		l.logger = watermill.NopLogger{}
+	}
+	l.pending = NewPending(l.kick)
+	if cs, ok := cfg.Source.(ClaimSizer); ok && cs.MaxClaim() > 0 {
+		l.claimSize = cs.MaxClaim()
+	}
+	if w, ok := cfg.Source.(Waker); ok {
+		l.wakeCh = w.Wake()
+	}
+	return l, nil
+}
+
+// Messages returns the Watermill channel; it is closed by Close.
+func (l *Listener) Messages() <-chan *message.Message { return l.out }
+
+// Name returns the listener's name.
+func (l *Listener) Name() string { return l.cfg.Name }
+
+// Pending returns the listener's batching-pending counter.
+func (l *Listener) Pending() *Pending { return l.pending }
+
+func (l *Listener) kick() {
+	select {
+	case l.loopKick <- struct{}{}:
+	default:
+	}
+	select {
+	case l.checkKick <- struct{}{}:
+	default:
+	}
+}
+
+// Start builds the receiver and starts the receive loop and the watchdog.
+// Starting a listener whose receiver has faulted disposes of that receiver
+// and builds a new one. Start after Close returns ErrClosed.
+func (l *Listener) Start() error {
+	select {
+	case <-l.closed:
+		return ErrClosed
+	default:
+	}
+	var err error
+	l.startOnce.Do(func() {
+		l.startedAt = time.Now()
+		if err = l.replaceReceiver(false); err != nil {
+			return
+		}
+		l.started.Store(true)
+		l.loopState.Store(int32(LoopRunning))
+		l.goroutines.Add(2)
+		go l.loop()
+		go l.watchdog()
+	})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	if r == nil || r.Fault() != nil {
+		return l.replaceReceiver(true)
+	}
+	return nil
+}
+
+// replaceReceiver disposes of the current receiver (if any) in the
+// background and installs a new one.
+func (l *Listener) replaceReceiver(rebuild bool) error {
+	nr, err := l.cfg.NewReceiver(ReceiverParams{
+		Source:   l.cfg.Source,
+		Config:   l.pcfg,
+		Out:      l.out,
+		Context:  l.cfg.Context,
+		Pending:  l.pending,
+		OnChange: l.kick,
+		Logger:   l.logger,
+	})
+	if err != nil {
+		return fmt.Errorf("berth: building receiver: %w", err)
+	}
+	l.mu.Lock()
+	select {
+	case <-l.stopCh:
+		l.mu.Unlock()
+		_ = nr.Close(context.Background())
+		return ErrClosed
+	default:
+	}
+	old := l.recv
+	if old != nil {
+		if f := old.Fault(); f != nil {
+			l.lastFault = f
+		}
+	}
+	l.recv = nr
+	l.mu.Unlock()
+	if rebuild {
+		l.rebuilds.Add(1)
+	}
+	if old != nil {
+		l.disposals.Add(1)
+		go func() {
+			defer l.disposals.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), l.pcfg.DrainTimeout)
+			defer cancel()
+			_ = old.Close(ctx)
+		}()
+	}
+	l.kick()
+	return nil
+}
+
+// Rebuild disposes of the current receiver and builds a new one, whatever
+// its state. The watchdog calls it for faulted receivers.
+func (l *Listener) Rebuild() error {
+	if !l.started.Load() {
+		return errors.New("berth: listener not started")
+	}
+	return l.replaceReceiver(true)
+}
+
+// Pause stops fetching and releases every prefetched delivery back to the
+// broker. The listener stays paused, whatever back-pressure or the watchdog
+// do, until Resume.
+func (l *Listener) Pause(ctx context.Context) error {
+	l.mu.Lock()
+	l.paused = true
+	r := l.recv
+	l.mu.Unlock()
+	l.kick()
+	if r != nil {
+		return r.ReleaseBuffered(ctx)
+	}
+	return nil
+}
+
+// Resume undoes Pause.
+func (l *Listener) Resume() {
+	l.mu.Lock()
+	l.paused = false
+	l.mu.Unlock()
+	l.kick()
+}
+
+// QueueCount is the number of messages the listener holds: buffered, in
+// flight, and pending in batching stages.
+func (l *Listener) QueueCount() int {
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	n := l.pending.Load()
+	if r != nil {
+		n += r.Buffered() + r.InFlight()
+	}
+	return n
+}
+
+// Status returns the listener's status.
+func (l *Listener) Status() Status { return l.State().Status }
+
+// HasFaulted reports whether the current receiver has faulted and not yet
+// been rebuilt.
+func (l *Listener) HasFaulted() bool {
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	return r != nil && r.Fault() != nil
+}
+
+// State returns a snapshot of the listener.
+func (l *Listener) State() ListenerState {
+	l.mu.Lock()
+	r := l.recv
+	s := ListenerState{
+		Name:      l.cfg.Name,
+		Latched:   l.latched,
+		LastError: l.lastErr,
+		StartedAt: l.startedAt,
+	}
+	paused := l.paused
+	lastFault := l.lastFault
+	l.mu.Unlock()
+	if r != nil {
+		s.Buffered = r.Buffered()
+		s.InFlight = r.InFlight()
+	}
+	s.BatchPending = l.pending.Load()
+	s.QueueCount = s.Buffered + s.InFlight + s.BatchPending
+	s.Rebuilds = l.rebuilds.Load()
+	s.Wave = int(l.waveSize.Load())
+	s.ConsecutiveFailures = int(l.failures.Load())
+	s.QueueMissing = l.queueGone.Load()
+	if ns := l.lastReceive.Load(); ns != 0 {
+		s.LastReceive = time.Unix(0, ns)
+	}
+	s.Loop = LoopState(l.loopState.Load())
+	var f *Fault
+	if r != nil {
+		f = r.Fault()
+	}
+	if f == nil {
+		f = lastFault
+	} else {
+		s.Faulted = true
+	}
+	if f != nil {
+		s.Fault = f.Error()
+		s.FaultAt = f.At
+	}
+	select {
+	case <-l.closed:
+		s.Status = StatusStopped
+		s.Loop = LoopStopped
+		return s
+	default:
+	}
+	switch {
+	case !l.started.Load():
+		s.Status = StatusStopped
+	case s.Faulted:
+		s.Status = StatusFaulted
+		s.Loop = LoopFaulted
+	case paused:
+		s.Status = StatusPaused
+	case s.Latched:
+		s.Status = StatusTooBusy
+	default:
+		s.Status = StatusAccepting
+	}
+	return s
+}
+
+// evaluate applies back-pressure and reports whether the loop may fetch.
+func (l *Listener) evaluate() (Receiver, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.recv
+	if r == nil || r.Fault() != nil {
+		return r, false
+	}
+	n := l.pending.Load() + r.Buffered() + r.InFlight()
+	if !l.latched && n > l.pcfg.MaxQueue {
+		l.latched = true
+	} else if l.latched && n <= l.pcfg.RestartQueue {
+		l.latched = false
+	}
+	return r, !l.paused && !l.latched
+}
+
+func (l *Listener) stopping() bool {
+	select {
+	case <-l.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait blocks until d passes (d < 0: forever), a kick, a wake-up (when
+// wake), or stop. It reports false on stop.
+func (l *Listener) wait(d time.Duration, wake bool) bool {
+	var timer <-chan time.Time
+	if d >= 0 {
+		timer = l.pcfg.Clock.After(d)
+	}
+	var wakeCh <-chan struct{}
+	if wake {
+		wakeCh = l.wakeCh
+	}
+	select {
+	case <-timer:
+	case <-l.loopKick:
+	case <-wakeCh:
+	case <-l.stopCh:
+		return false
+	}
+	return true
+}
+
+// loop is the receive loop.
+func (l *Listener) loop() {
+	defer l.goroutines.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			// The loop itself must not die silently: record on the
+			// receiver path and restart the loop.
+			l.logger.Error("receive loop panicked; restarting", fmt.Errorf("%v\n%s", p, debug.Stack()), nil)
+			if !l.stopping() {
+				l.goroutines.Add(1)
+				go l.loop()
+			}
+		}
+	}()
+	ctrl, err := wave.New(l.pcfg.Wave, clockAdapter{l.pcfg.Clock})
+	if err != nil { // validated already
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	errDelay := time.Duration(0)
+	for !l.stopping() {
+		r, ok := l.evaluate()
+		if !ok {
+			if !l.wait(l.pcfg.CheckInterval, false) {
+				return
+			}
+			continue
+		}
+		free := r.Free()
+		n := ctrl.Next(free)
+		if n == 0 {
+			if !l.wait(l.pcfg.CheckInterval, false) {
+				return
+			}
+			continue
+		}
+		l.waveSize.Store(int64(n))
+		launched, found, err := l.claimWave(ctx, r, n, free)
+		if err != nil {
+			if l.stopping() {
+				return
+			}
+			l.failures.Add(1)
+			l.queueGone.Store(errors.Is(err, ErrQueueNotFound))
+			l.mu.Lock()
+			l.lastErr = err.Error()
+			l.mu.Unlock()
+			errDelay = nextErrorDelay(errDelay, l.pcfg.ErrorBackoff, l.pcfg.MaxErrorDelay)
+			l.loopState.Store(int32(LoopBackingOff))
+			l.logger.Error("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": errDelay})
+			ctrl.Reset()
+			if !l.wait(errDelay, false) {
+				return
+			}
+			continue
+		}
+		errDelay = 0
+		l.failures.Store(0)
+		l.queueGone.Store(false)
+		l.lastReceive.Store(time.Now().UnixNano())
+		l.loopState.Store(int32(LoopRunning))
+		if delay := ctrl.Observe(launched, found); delay > 0 {
+			if !l.wait(delay, true) {
+				return
+			}
+		}
+	}
+}
+
+// claimWave launches one wave of n probes and pushes what they claim.
+func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (launched, found int, err error) {
+	if err := faults.Hit(faults.Receive); err != nil {
+		return 0, 0, err
+	}
+	if l.claimSize == 0 {
+		ds, err := l.cfg.Source.Claim(ctx, n)
+		if err != nil {
+			return n, 0, err
+		}
+		r.Push(ds)
+		return n, len(ds), nil
+	}
+	// One Claim per probe, run concurrently, each pushed as it returns.
+	per := max(min(l.claimSize, free/n), 1)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		errs   []error
+		hits   int
+		budget = free
+	)
+	for i := 0; i < n && budget > 0; i++ {
+		m := min(per, budget)
+		budget -= m
+		launched++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds, err := l.cfg.Source.Claim(ctx, m)
+			if len(ds) > 0 {
+				l.pushCurrent(ds)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if len(ds) > 0 {
+				hits++
+			}
+		}()
+	}
+	wg.Wait()
+	if hits == 0 && len(errs) > 0 {
+		return launched, 0, errors.Join(errs...)
+	}
+	return launched, hits, nil
+}
+
+// pushCurrent pushes to the receiver installed now (which releases them if
+// it has stopped).
+func (l *Listener) pushCurrent(ds []*Delivery) {
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	r.Push(ds)
+}
+
+func nextErrorDelay(prev, base, ceiling time.Duration) time.Duration {
+	d := base
+	if prev > 0 {
+		d = prev * 2
+	}
+	d = min(d, ceiling)
+	// Full jitter on the upper half: [d/2, d].
+	if d > 1 {
+		d = d/2 + rand.N(d/2+1)
+	}
+	return d
+}
+
+// watchdog applies back-pressure promptly and rebuilds a faulted receiver,
+// whatever the listener's status; a paused listener stays paused.
+func (l *Listener) watchdog() {
+	defer l.goroutines.Done()
+	t := time.NewTicker(l.pcfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.checkKick:
+		case <-l.stopCh:
+			return
+		}
+		l.check()
+	}
+}
+
+func (l *Listener) check() {
+	defer func() {
+		if p := recover(); p != nil {
+			l.logger.Error("watchdog check panicked", fmt.Errorf("%v", p), nil)
+		}
+	}()
+	wasLatched := l.isLatched()
+	l.evaluate()
+	if l.isLatched() != wasLatched {
+		select {
+		case l.loopKick <- struct{}{}:
+		default:
+		}
+	}
+	if l.HasFaulted() && !l.stopping() {
+		if err := l.replaceReceiver(true); err != nil && !errors.Is(err, ErrClosed) {
+			l.logger.Error("rebuilding faulted receiver failed; will retry", err, nil)
+		}
+	}
+}
+
+func (l *Listener) isLatched() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.latched
+}
+
+// Close stops the loop and the watchdog, closes the receiver (buffered
+// deliveries released at once, in-flight ones drained until ctx is done),
+// and closes the Messages channel. It is idempotent and waits.
+func (l *Listener) Close(ctx context.Context) error {
+	l.closeOnce.Do(func() {
+		close(l.stopCh)
+		l.goroutines.Wait()
+		l.mu.Lock()
+		r := l.recv
+		l.mu.Unlock()
+		if r != nil {
+			_ = r.Close(ctx)
+		}
+		l.disposals.Wait()
+		close(l.out)
+		close(l.closed)
+	})
+	<-l.closed
+	return nil
+}
+
+// Closed is closed when Close has finished.
+func (l *Listener) Closed() <-chan struct{} { return l.closed }
+
+type clockAdapter struct{ c Clock }
+
+func (a clockAdapter) Now() time.Time { return a.c.Now() }

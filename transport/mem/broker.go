@@ -1,0 +1,397 @@
+package mem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// DefaultVisibilityTimeout is how long a claimed message stays invisible
+// before the broker hands it out again, unless renewed.
+const DefaultVisibilityTimeout = 30 * time.Second
+
+// A Broker is an in-process message broker: one queue per (topic, consumer
+// group), each with visibility timeouts, delayed redelivery and attempt
+// counts, and a dead-letter list. It is safe for concurrent use. Brokers
+// opened by URL (mem://name) live for the life of the process.
+type Broker struct {
+	mu     sync.Mutex
+	topics map[string]map[string]*queue // topic → group → queue
+	seq    atomic.Int64
+}
+
+// NewBroker returns an empty broker.
+func NewBroker() *Broker { return &Broker{topics: map[string]map[string]*queue{}} }
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Broker{}
+)
+
+// Named returns the process-wide broker called name, creating it.
+func Named(name string) *Broker {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	b, ok := named[name]
+	if !ok {
+		b = NewBroker()
+		named[name] = b
+	}
+	return b
+}
+
+type state int
+
+const (
+	ready state = iota
+	fetched
+	processing
+)
+
+type entry struct {
+	seq      int64
+	uuid     string
+	payload  []byte
+	metadata map[string]string
+	attempts int
+	due      time.Time
+	state    state
+	owner    string
+	until    time.Time // lease expiry while fetched or processing
+}
+
+// DeadLetter is a message the broker moved to its dead-letter list.
+type DeadLetter struct {
+	Topic, Group string
+	UUID         string
+	Payload      []byte
+	Metadata     map[string]string
+	Attempts     int
+	Reason       string
+	At           time.Time
+}
+
+type queue struct {
+	entries map[int64]*entry
+	order   []int64 // ready entries in FIFO order (may hold stale ids)
+	dead    []DeadLetter
+	wakers  map[chan struct{}]struct{}
+}
+
+func newQueue() *queue {
+	return &queue{entries: map[int64]*entry{}, wakers: map[chan struct{}]struct{}{}}
+}
+
+// signal wakes every source of q; the broker's lock is held.
+func (q *queue) signal() {
+	for w := range q.wakers {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *Broker) queue(topic, group string) *queue {
+	g, ok := b.topics[topic]
+	if !ok {
+		g = map[string]*queue{"": newQueue()}
+		b.topics[topic] = g
+	}
+	q, ok := g[group]
+	if !ok {
+		q = newQueue()
+		g[group] = q
+	}
+	return q
+}
+
+// Publish copies msgs into the topic's default queue and every consumer
+// group's queue.
+func (b *Broker) Publish(topic string, msgs ...*message.Message) {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue(topic, "")
+	for _, q := range b.topics[topic] {
+		for _, m := range msgs {
+			e := &entry{
+				seq:      b.seq.Add(1),
+				uuid:     m.UUID,
+				payload:  slices.Clone(m.Payload),
+				metadata: maps.Clone(map[string]string(m.Metadata)),
+				due:      now,
+			}
+			if d, err := time.ParseDuration(m.Metadata.Get(MetadataDelay)); err == nil && d > 0 {
+				e.due = now.Add(d)
+			}
+			q.entries[e.seq] = e
+			q.order = append(q.order, e.seq)
+		}
+		q.signal()
+	}
+}
+
+// Ensure creates the queue for (topic, group) so that later publishes reach
+// it.
+func (b *Broker) Ensure(topic, group string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue(topic, group)
+}
+
+// DeadLetters returns the dead-lettered messages of (topic, group).
+func (b *Broker) DeadLetters(topic, group string) []DeadLetter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.queue(topic, group).dead)
+}
+
+// Stats counts a queue's messages by state.
+type Stats struct {
+	Ready, Delayed, Leased, Dead int
+}
+
+// Stats returns the counts of (topic, group).
+func (b *Broker) Stats(topic, group string) Stats {
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queue(topic, group)
+	var s Stats
+	for _, e := range q.entries {
+		switch {
+		case e.state != ready && now.Before(e.until):
+			s.Leased++
+		case now.Before(e.due):
+			s.Delayed++
+		default:
+			s.Ready++
+		}
+	}
+	s.Dead = len(q.dead)
+	return s
+}
+
+// MetadataDelay delays a published message's first delivery by a Go
+// duration ("5s").
+const MetadataDelay = "berth_delay"
+
+func token() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// source is one subscriber's view of a queue.
+type source struct {
+	b          *Broker
+	topic      string
+	group      string
+	q          *queue
+	visibility time.Duration
+	wake       chan struct{}
+}
+
+type handle struct {
+	seq   int64
+	owner string
+}
+
+type raw struct {
+	uuid     string
+	payload  []byte
+	metadata map[string]string
+}
+
+var (
+	_ transport.Source  = (*source)(nil)
+	_ transport.Renewer = (*source)(nil)
+	_ transport.Waker   = (*source)(nil)
+)
+
+func (s *source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	owner := token()
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	q := s.q
+	// Leases that expired make their entries ready again.
+	for _, e := range q.entries {
+		if e.state != ready && !now.Before(e.until) {
+			e.state, e.owner = ready, ""
+			q.order = append(q.order, e.seq)
+		}
+	}
+	var out []*transport.Delivery
+	keep := q.order[:0]
+	for i, seq := range q.order {
+		e, ok := q.entries[seq]
+		if !ok || e.state != ready {
+			continue // stale
+		}
+		if len(out) >= max || now.Before(e.due) {
+			keep = append(keep, seq)
+			continue
+		}
+		_ = i
+		e.state, e.owner, e.until = fetched, owner, now.Add(s.visibility)
+		out = append(out, &transport.Delivery{
+			ID:      strconv.FormatInt(e.seq, 10),
+			Attempt: e.attempts + 1,
+			Handle:  handle{seq: e.seq, owner: owner},
+			Raw:     raw{uuid: e.uuid, payload: e.payload, metadata: e.metadata},
+		})
+	}
+	q.order = keep
+	return out, nil
+}
+
+func (s *source) Map(d *transport.Delivery) (*message.Message, error) {
+	r := d.Raw.(raw)
+	msg := message.NewMessage(r.uuid, slices.Clone(r.payload))
+	msg.Metadata = maps.Clone(message.Metadata(r.metadata))
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	return msg, nil
+}
+
+// owned returns the entry if the handle still owns it in one of states.
+func (s *source) owned(d *transport.Delivery, states ...state) (*entry, bool) {
+	h := d.Handle.(handle)
+	e, ok := s.q.entries[h.seq]
+	if !ok || e.owner != h.owner || !slices.Contains(states, e.state) {
+		return nil, false
+	}
+	if !time.Now().Before(e.until) {
+		return nil, false
+	}
+	return e, true
+}
+
+func (s *source) Begin(_ context.Context, d *transport.Delivery) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	e, ok := s.owned(d, fetched)
+	if !ok {
+		return transport.ErrLeaseLost
+	}
+	e.state = processing
+	e.attempts++
+	e.until = time.Now().Add(s.visibility)
+	d.Attempt = e.attempts
+	return nil
+}
+
+func (s *source) Complete(_ context.Context, d *transport.Delivery) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	e, ok := s.owned(d, processing)
+	if !ok {
+		return transport.ErrLeaseLost
+	}
+	delete(s.q.entries, e.seq)
+	return nil
+}
+
+func (s *source) Retry(_ context.Context, d *transport.Delivery, delay time.Duration) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	e, ok := s.owned(d, fetched, processing)
+	if !ok {
+		return transport.ErrLeaseLost
+	}
+	e.state, e.owner = ready, ""
+	e.due = time.Now().Add(delay)
+	s.q.order = append(s.q.order, e.seq)
+	s.signal()
+	return nil
+}
+
+func (s *source) Release(_ context.Context, ds []*transport.Delivery) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	var back []int64
+	for _, d := range ds {
+		e, ok := s.owned(d, fetched)
+		if !ok {
+			continue
+		}
+		e.state, e.owner = ready, ""
+		back = append(back, e.seq)
+	}
+	// Released entries go back to the front, in their original order.
+	s.q.order = append(back, s.q.order...)
+	s.signal()
+	return nil
+}
+
+func (s *source) DeadLetter(_ context.Context, d *transport.Delivery, msg *message.Message, reason string) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	e, ok := s.owned(d, fetched, processing)
+	if !ok {
+		return transport.ErrLeaseLost
+	}
+	delete(s.q.entries, e.seq)
+	s.q.dead = append(s.q.dead, DeadLetter{
+		Topic: s.topic, Group: s.group, UUID: e.uuid,
+		Payload: e.payload, Metadata: e.metadata,
+		Attempts: e.attempts, Reason: reason, At: time.Now(),
+	})
+	return nil
+}
+
+func (s *source) RenewInterval() time.Duration { return s.visibility * 7 / 10 }
+
+func (s *source) Renew(_ context.Context, ds []*transport.Delivery) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	lost := 0
+	for _, d := range ds {
+		e, ok := s.owned(d, fetched, processing)
+		if !ok {
+			lost++
+			continue
+		}
+		e.until = time.Now().Add(s.visibility)
+	}
+	if lost > 0 {
+		return transport.ErrLeaseLost
+	}
+	return nil
+}
+
+func (s *source) Wake() <-chan struct{} { return s.wake }
+
+func (s *source) signal() { s.q.signal() }
+
+func (s *source) Close(context.Context) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	delete(s.q.wakers, s.wake)
+	return nil
+}
+
+// newSource opens a source over (topic, group).
+func (b *Broker) newSource(topic, group string, visibility time.Duration) *source {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := &source{b: b, topic: topic, group: group, q: b.queue(topic, group), visibility: visibility, wake: make(chan struct{}, 1)}
+	s.q.wakers[s.wake] = struct{}{}
+	return s
+}

@@ -1,0 +1,171 @@
+package mem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+// Scheme is the URL scheme of this transport.
+const Scheme = "mem"
+
+func init() { transport.Register(Scheme, driver{}) }
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Broker to publish to. Required.
+	Broker *Broker
+}
+
+// Validate reports every invalid field.
+func (c PublisherConfig) Validate() error {
+	if c.Broker == nil {
+		return fmt.Errorf("%w: Broker: required", transport.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Publisher publishes to a Broker.
+type Publisher struct {
+	b      *Broker
+	closed atomic.Bool
+}
+
+// NewPublisher returns a publisher; logger is accepted for symmetry with
+// the other transports and may be nil.
+func NewPublisher(cfg PublisherConfig, _ watermill.LoggerAdapter) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{b: cfg.Broker}, nil
+}
+
+// Publish implements message.Publisher. Messages are copied; the caller may
+// reuse them.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.closed.Load() {
+		return transport.ErrClosed
+	}
+	for _, m := range msgs {
+		if err := m.Context().Err(); err != nil {
+			return fmt.Errorf("mem: publish: %w", err)
+		}
+	}
+	p.b.Publish(topic, msgs...)
+	return nil
+}
+
+// Close implements message.Publisher.
+func (p *Publisher) Close() error {
+	p.closed.Store(true)
+	return nil
+}
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Broker to consume from. Required.
+	Broker *Broker
+	// ConsumerGroup: subscribers of one group share a queue per topic; each
+	// group gets every message. Defaults to "" (the topic's default queue).
+	ConsumerGroup string
+	// VisibilityTimeout is how long a claimed message stays invisible
+	// unless renewed. Defaults to DefaultVisibilityTimeout (30s).
+	VisibilityTimeout time.Duration
+	// Pipeline configures the receive pipeline.
+	Pipeline transport.PipelineConfig
+}
+
+// Validate reports every invalid field at once.
+func (c SubscriberConfig) Validate() error {
+	var errs []error
+	if c.Broker == nil {
+		errs = append(errs, errors.New("Broker: required"))
+	}
+	if c.VisibilityTimeout < 0 {
+		errs = append(errs, fmt.Errorf("VisibilityTimeout: must be ≥ 0, got %s", c.VisibilityTimeout))
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// NewSubscriber returns a Watermill subscriber over the broker.
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	vis := cfg.VisibilityTimeout
+	if vis == 0 {
+		vis = DefaultVisibilityTimeout
+	}
+	b, group := cfg.Broker, cfg.ConsumerGroup
+	return transport.NewSubscriber(
+		func(_ context.Context, topic string) (transport.Source, error) {
+			return b.newSource(topic, group, vis), nil
+		},
+		transport.SubscriberConfig{
+			Pipeline:    cfg.Pipeline,
+			NewReceiver: receiver.New,
+			Logger:      logger,
+			Initialize:  func(topic string) error { b.Ensure(topic, group); return nil },
+			Name: func(topic string) string {
+				if group == "" {
+					return topic
+				}
+				return topic + "/" + group
+			},
+		})
+}
+
+// driver opens mem://NAME URLs: NAME selects a process-wide broker.
+type driver struct{}
+
+func brokerOf(u *url.URL) (*Broker, error) {
+	name := u.Host + strings.TrimPrefix(u.Path, "/")
+	if name == "" {
+		name = "default"
+	}
+	return Named(name), nil
+}
+
+func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {
+	b, err := brokerOf(u)
+	if err != nil {
+		return nil, err
+	}
+	if err := urlparam.New(u.Query()).Err(); err != nil {
+		return nil, fmt.Errorf("mem: %w", err)
+	}
+	return NewPublisher(PublisherConfig{Broker: b}, o.Logger)
+}
+
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (message.Subscriber, error) {
+	b, err := brokerOf(u)
+	if err != nil {
+		return nil, err
+	}
+	p := urlparam.New(u.Query())
+	cfg := SubscriberConfig{Broker: b}
+	cfg.ConsumerGroup = p.String("consumer_group", "")
+	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Millisecond, 12*time.Hour)
+	cfg.Pipeline.ParseURL(p)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("mem: %w", err)
+	}
+	return NewSubscriber(cfg, o.Logger)
+}

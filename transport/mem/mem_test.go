@@ -1,0 +1,71 @@
+package mem_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/mem"
+	"github.com/berth-go/berth/transport/transporttest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs Watermill's full suite through the URL API, and
+// Berth's behaviours through the typed constructors.
+func TestConformance(t *testing.T) {
+	const url = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=200ms&max_attempts=50&empty_delay=50ms"
+	open := func(t *testing.T, u string) (message.Publisher, message.Subscriber) {
+		ctx := context.Background()
+		pub, err := transport.OpenPublisher(ctx, "mem://conformance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := transport.OpenSubscriber(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Watermill's suite leaves some subscribers open; Close is
+		// idempotent, so closing again at cleanup is safe.
+		t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
+		return pub, sub
+	}
+	broker := mem.NewBroker()
+	transporttest.Run(t, transporttest.Config{
+		Features: tests.Features{
+			ConsumerGroups:                      true,
+			ExactlyOnceDelivery:                 false,
+			GuaranteedOrder:                     true, // with concurrency=1 and no nacks
+			GuaranteedOrderWithSingleSubscriber: true,
+			Persistent:                          true,
+		},
+		NewPubSub: func(t *testing.T) (message.Publisher, message.Subscriber) { return open(t, url) },
+		NewConsumerGroupPubSub: func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+			return open(t, url+"&consumer_group="+group)
+		},
+		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+			pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: broker}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker, Pipeline: p, VisibilityTimeout: time.Minute}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pub.Close(); _ = sub.Close() })
+			return pub, sub
+		},
+		DeadLetters: func(t *testing.T, topic string) []transporttest.DeadLetter {
+			var out []transporttest.DeadLetter
+			for _, d := range broker.DeadLetters(topic, "") {
+				out = append(out, transporttest.DeadLetter{UUID: d.UUID, Reason: d.Reason})
+			}
+			return out
+		},
+	})
+}
