@@ -344,6 +344,7 @@ func (r *Receiver) process(d *transport.Delivery) {
 		return err
 	})
 	if r.isFaulted() {
+		r.release([]*transport.Delivery{d}) // never reached user code
 		return
 	}
 	if err != nil {

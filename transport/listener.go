@@ -71,6 +71,7 @@ type Listener struct {
 	failures    atomic.Int64
 	queueGone   atomic.Bool
 	lastReceive atomic.Int64 // unix nanos
+	loopFault   atomic.Pointer[Fault]
 
 	mu        sync.Mutex
 	recv      Receiver
@@ -166,10 +167,7 @@ func (l *Listener) Start() error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	r := l.recv
-	l.mu.Unlock()
-	if r == nil || r.Fault() != nil {
+	if l.HasFaulted() {
 		return l.replaceReceiver(true)
 	}
 	return nil
@@ -203,6 +201,9 @@ func (l *Listener) replaceReceiver(rebuild bool) error {
 		if f := old.Fault(); f != nil {
 			l.lastFault = f
 		}
+	}
+	if f := l.loopFault.Swap(nil); f != nil {
+		l.lastFault = f
 	}
 	l.recv = nr
 	l.mu.Unlock()
@@ -273,10 +274,29 @@ func (l *Listener) Status() Status { return l.State().Status }
 // HasFaulted reports whether the current receiver has faulted and not yet
 // been rebuilt.
 func (l *Listener) HasFaulted() bool {
+	return l.currentFault() != nil
+}
+
+// currentFault returns the fault of the current receiver or of the receive
+// loop, or nil.
+func (l *Listener) currentFault() *Fault {
+	if f := l.loopFault.Load(); f != nil {
+		return f
+	}
 	l.mu.Lock()
 	r := l.recv
 	l.mu.Unlock()
-	return r != nil && r.Fault() != nil
+	if r != nil {
+		return r.Fault()
+	}
+	return nil
+}
+
+// safeLog runs a logging call; a logger that panics must not take the
+// caller down with it.
+func (l *Listener) safeLog(fn func()) {
+	defer func() { _ = recover() }()
+	fn()
 }
 
 // State returns a snapshot of the listener.
@@ -306,8 +326,8 @@ func (l *Listener) State() ListenerState {
 		s.LastReceive = time.Unix(0, ns)
 	}
 	s.Loop = LoopState(l.loopState.Load())
-	var f *Fault
-	if r != nil {
+	f := l.loopFault.Load()
+	if f == nil && r != nil {
 		f = r.Fault()
 	}
 	if f == nil {
@@ -347,7 +367,7 @@ func (l *Listener) evaluate() (Receiver, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.recv
-	if r == nil || r.Fault() != nil {
+	if r == nil || r.Fault() != nil || l.loopFault.Load() != nil {
 		return r, false
 	}
 	n := l.pending.Load() + r.Buffered() + r.InFlight()
@@ -394,13 +414,19 @@ func (l *Listener) loop() {
 	defer l.goroutines.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			// The loop itself must not die silently: record on the
-			// receiver path and restart the loop.
-			l.logger.Error("receive loop panicked; restarting", fmt.Errorf("%v\n%s", p, debug.Stack()), nil)
+			// The loop must not die silently: record the fault first (the
+			// listener reports faulted and stops fetching until the watchdog
+			// rebuilds), then restart the loop, then try to log.
+			f := &Fault{Stage: "receive", Cause: fmt.Errorf("panic: %v", p), At: time.Now()}
+			l.loopFault.CompareAndSwap(nil, f)
+			l.kick()
 			if !l.stopping() {
 				l.goroutines.Add(1)
 				go l.loop()
 			}
+			l.safeLog(func() {
+				l.logger.Error("receive loop panicked; restarted, waiting for the watchdog", fmt.Errorf("%v\n%s", p, debug.Stack()), nil)
+			})
 		}
 	}()
 	ctrl, err := wave.New(l.pcfg.Wave, clockAdapter{l.pcfg.Clock})
@@ -446,7 +472,9 @@ func (l *Listener) loop() {
 			l.mu.Unlock()
 			errDelay = nextErrorDelay(errDelay, l.pcfg.ErrorBackoff, l.pcfg.MaxErrorDelay)
 			l.loopState.Store(int32(LoopBackingOff))
-			l.logger.Error("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": errDelay})
+			l.safeLog(func() {
+				l.logger.Error("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": errDelay})
+			})
 			ctrl.Reset()
 			if !l.wait(errDelay, false) {
 				return
@@ -543,21 +571,32 @@ func (l *Listener) watchdog() {
 	defer l.goroutines.Done()
 	t := time.NewTicker(l.pcfg.CheckInterval)
 	defer t.Stop()
+	var rebuild <-chan time.Time // armed when a fault is first seen
 	for {
 		select {
 		case <-t.C:
 		case <-l.checkKick:
+		case <-rebuild:
+			rebuild = nil
+			l.rebuildFaulted()
+			continue
 		case <-l.stopCh:
 			return
 		}
 		l.check()
+		if rebuild == nil && l.HasFaulted() {
+			// Rebuild half a check interval after the fault is seen: soon,
+			// yet long enough for health to report it, and never in a spin.
+			rebuild = time.After(l.pcfg.CheckInterval / 2)
+		}
 	}
 }
 
+// check applies back-pressure.
 func (l *Listener) check() {
 	defer func() {
 		if p := recover(); p != nil {
-			l.logger.Error("watchdog check panicked", fmt.Errorf("%v", p), nil)
+			l.safeLog(func() { l.logger.Error("watchdog check panicked", fmt.Errorf("%v", p), nil) })
 		}
 	}()
 	wasLatched := l.isLatched()
@@ -568,10 +607,21 @@ func (l *Listener) check() {
 		default:
 		}
 	}
-	if l.HasFaulted() && !l.stopping() {
-		if err := l.replaceReceiver(true); err != nil && !errors.Is(err, ErrClosed) {
-			l.logger.Error("rebuilding faulted receiver failed; will retry", err, nil)
+}
+
+// rebuildFaulted replaces a faulted receiver, whatever the listener's
+// status; a paused listener stays paused.
+func (l *Listener) rebuildFaulted() {
+	defer func() {
+		if p := recover(); p != nil {
+			l.safeLog(func() { l.logger.Error("watchdog rebuild panicked", fmt.Errorf("%v", p), nil) })
 		}
+	}()
+	if !l.HasFaulted() || l.stopping() {
+		return
+	}
+	if err := l.replaceReceiver(true); err != nil && !errors.Is(err, ErrClosed) {
+		l.safeLog(func() { l.logger.Error("rebuilding faulted receiver failed; will retry", err, nil) })
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 var Points = []Point{Receive, Map, Deliver, Ack, Nack, DeadLetter, Release, Log}
 
 type rule struct {
+	skip  int // hits to let pass before injecting
 	panic bool
 	err   error
 	left  int // remaining hits; < 0 means unlimited
@@ -70,6 +71,16 @@ func (i *Injector) Error(p Point, err error, times int) *Injector {
 	return i
 }
 
+// Skip lets the next n hits of p pass before its rule injects anything.
+func (i *Injector) Skip(p Point, n int) *Injector {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if r := i.rules[p]; r != nil {
+		r.skip = n
+	}
+	return i
+}
+
 // Hits returns how many faults were injected at p.
 func (i *Injector) Hits(p Point) int {
 	i.mu.Lock()
@@ -93,6 +104,11 @@ func Hit(p Point) error {
 	i.mu.Lock()
 	r := i.rules[p]
 	if r == nil || r.left == 0 {
+		i.mu.Unlock()
+		return nil
+	}
+	if r.skip > 0 {
+		r.skip--
 		i.mu.Unlock()
 		return nil
 	}

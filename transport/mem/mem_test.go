@@ -19,6 +19,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestConformance runs Watermill's full suite through the URL API, and
 // Berth's behaviours through the typed constructors.
 func TestConformance(t *testing.T) {
+	transporttest.Run(t, config(t))
+}
+
+// TestFaults injects panics at every pipeline point (not in parallel: the
+// injector is process-wide).
+func TestFaults(t *testing.T) {
+	transporttest.RunFaults(t, config(t))
+}
+
+func config(t *testing.T) transporttest.Config {
 	const url = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=200ms&max_attempts=50&empty_delay=50ms"
 	open := func(t *testing.T, u string) (message.Publisher, message.Subscriber) {
 		ctx := context.Background()
@@ -36,7 +46,7 @@ func TestConformance(t *testing.T) {
 		return pub, sub
 	}
 	broker := mem.NewBroker()
-	transporttest.Run(t, transporttest.Config{
+	return transporttest.Config{
 		Features: tests.Features{
 			ConsumerGroups:                      true,
 			ExactlyOnceDelivery:                 false,
@@ -53,7 +63,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker, Pipeline: p, VisibilityTimeout: time.Minute}, nil)
+			sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker, Pipeline: p, VisibilityTimeout: 3 * time.Second}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,5 +77,5 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
-	})
+	}
 }
