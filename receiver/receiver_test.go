@@ -1,0 +1,182 @@
+package receiver_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gateSource loses the lease of deliveries whose ID is "lost" and records
+// every settlement.
+type gateSource struct {
+	mu       sync.Mutex
+	mapped   []*transport.Delivery
+	dead     map[string]string
+	retried  map[string]time.Duration
+	done     []string
+	released []string
+}
+
+func newGateSource() *gateSource {
+	return &gateSource{dead: map[string]string{}, retried: map[string]time.Duration{}}
+}
+
+func (s *gateSource) Claim(context.Context, int) ([]*transport.Delivery, error) { return nil, nil }
+func (s *gateSource) Map(d *transport.Delivery) (*message.Message, error) {
+	s.mu.Lock()
+	s.mapped = append(s.mapped, d)
+	s.mu.Unlock()
+	return message.NewMessage(d.ID, []byte(d.Raw.(string))), nil
+}
+func (s *gateSource) Begin(_ context.Context, d *transport.Delivery) error {
+	if d.ID == "lost" {
+		return transport.ErrLeaseLost
+	}
+	d.Attempt++
+	return nil
+}
+func (s *gateSource) Complete(_ context.Context, d *transport.Delivery) error {
+	s.mu.Lock()
+	s.done = append(s.done, d.ID)
+	s.mu.Unlock()
+	return nil
+}
+func (s *gateSource) Retry(_ context.Context, d *transport.Delivery, delay time.Duration) error {
+	s.mu.Lock()
+	s.retried[d.ID] = delay
+	s.mu.Unlock()
+	return nil
+}
+func (s *gateSource) Release(_ context.Context, ds []*transport.Delivery) error {
+	s.mu.Lock()
+	for _, d := range ds {
+		s.released = append(s.released, d.ID)
+	}
+	s.mu.Unlock()
+	return nil
+}
+func (s *gateSource) DeadLetter(_ context.Context, d *transport.Delivery, _ *message.Message, reason string) error {
+	s.mu.Lock()
+	s.dead[d.ID] = reason
+	s.mu.Unlock()
+	return nil
+}
+func (s *gateSource) Close(context.Context) error { return nil }
+
+func start(t *testing.T, src transport.Source, p transport.PipelineConfig) (transport.Receiver, chan *message.Message) {
+	t.Helper()
+	out := make(chan *message.Message)
+	r, err := receiver.New(transport.ReceiverParams{Source: src, Config: p, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.Close(ctx)
+	})
+	return r, out
+}
+
+func recv(t *testing.T, out chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m := <-out:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	return nil
+}
+
+func TestLeaseLostNeverReachesUserCode(t *testing.T) {
+	src := newGateSource()
+	r, out := start(t, src, transport.PipelineConfig{Concurrency: 1})
+	r.Push([]*transport.Delivery{{ID: "lost", Raw: "a"}, {ID: "kept", Raw: "b"}})
+	m := recv(t, out)
+	if m.UUID != "kept" {
+		t.Fatalf("got %s, want kept (lost lease must be skipped)", m.UUID)
+	}
+	m.Ack()
+}
+
+func TestRawDroppedAfterMapping(t *testing.T) {
+	src := newGateSource()
+	r, out := start(t, src, transport.PipelineConfig{Concurrency: 1})
+	r.Push([]*transport.Delivery{{ID: "m", Raw: "payload"}})
+	m := recv(t, out)
+	src.mu.Lock()
+	d := src.mapped[0]
+	src.mu.Unlock()
+	if d.Raw != nil {
+		t.Fatalf("raw payload retained after mapping: %v", d.Raw)
+	}
+	if string(m.Payload) != "payload" || m.Metadata.Get(transport.MetadataAttempt) != "1" || m.Metadata.Get(transport.MetadataMessageID) != "m" {
+		t.Fatalf("message %s %q %v", m.UUID, m.Payload, m.Metadata)
+	}
+	m.Ack()
+}
+
+func TestNackRetriesWithBackoffThenDeadLetters(t *testing.T) {
+	src := newGateSource()
+	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, MaxAttempts: 3, RetryDelay: 100 * time.Millisecond})
+	r.Push([]*transport.Delivery{{ID: "a", Attempt: 1, Raw: "x"}, {ID: "b", Attempt: 2, Raw: "x"}})
+	for range 2 {
+		recv(t, out).Nack()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		src.mu.Lock()
+		da, rb := src.retried["a"], src.dead["b"]
+		src.mu.Unlock()
+		// a: Begin made it attempt 2 → retry after 200ms; b: attempt 3 → dead.
+		if da == 200*time.Millisecond && rb != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retried %v dead %v", src.retried, src.dead)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestCloseReleasesBufferAndHandsBackInFlight(t *testing.T) {
+	src := newGateSource()
+	out := make(chan *message.Message)
+	r, err := receiver.New(transport.ReceiverParams{Source: src, Config: transport.PipelineConfig{Concurrency: 1}, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Push([]*transport.Delivery{{ID: "1", Raw: "x"}, {ID: "2", Raw: "x"}, {ID: "3", Raw: "x"}})
+	m := recv(t, out) // held, never acked
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Context().Done():
+	default:
+		t.Fatal("message context not cancelled after close")
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.released) != 2 {
+		t.Fatalf("released %v, want the 2 buffered", src.released)
+	}
+	if _, ok := src.retried["1"]; !ok {
+		t.Fatalf("in-flight message not handed back: %v", src.retried)
+	}
+	if r.Free() != 0 {
+		t.Fatal("closed receiver reports free space")
+	}
+}

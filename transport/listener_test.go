@@ -1,0 +1,332 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeSource is a scriptable source for unit tests of the loop: it hands
+// out numbered deliveries from a counter and records every Claim.
+type fakeSource struct {
+	mu        sync.Mutex
+	available int
+	next      int
+	maxClaim  int
+	claims    []int // max asked per Claim
+	errs      []error
+	completed int
+	released  int
+	retried   int
+}
+
+func (s *fakeSource) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims = append(s.claims, max)
+	if len(s.errs) > 0 {
+		err := s.errs[0]
+		s.errs = s.errs[1:]
+		return nil, err
+	}
+	n := min(max, s.available)
+	s.available -= n
+	ds := make([]*transport.Delivery, n)
+	for i := range ds {
+		s.next++
+		ds[i] = &transport.Delivery{ID: strconv.Itoa(s.next), Attempt: 1, Raw: []byte("x")}
+	}
+	return ds, nil
+}
+
+func (s *fakeSource) Map(d *transport.Delivery) (*message.Message, error) {
+	return message.NewMessage(d.ID, d.Raw.([]byte)), nil
+}
+func (s *fakeSource) Begin(context.Context, *transport.Delivery) error { return nil }
+func (s *fakeSource) Complete(context.Context, *transport.Delivery) error {
+	s.mu.Lock()
+	s.completed++
+	s.mu.Unlock()
+	return nil
+}
+func (s *fakeSource) Retry(context.Context, *transport.Delivery, time.Duration) error {
+	s.mu.Lock()
+	s.retried++
+	s.available++
+	s.mu.Unlock()
+	return nil
+}
+func (s *fakeSource) Release(_ context.Context, ds []*transport.Delivery) error {
+	s.mu.Lock()
+	s.released += len(ds)
+	s.available += len(ds)
+	s.mu.Unlock()
+	return nil
+}
+func (s *fakeSource) DeadLetter(context.Context, *transport.Delivery, *message.Message, string) error {
+	return nil
+}
+func (s *fakeSource) Close(context.Context) error { return nil }
+
+func (s *fakeSource) add(n int) {
+	s.mu.Lock()
+	s.available += n
+	s.mu.Unlock()
+}
+
+func (s *fakeSource) claimLog() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.claims...)
+}
+
+type sizedSource struct{ *fakeSource }
+
+func (s sizedSource) MaxClaim() int { return s.maxClaim }
+
+func newListener(t *testing.T, src transport.Source, p transport.PipelineConfig) *transport.Listener {
+	t.Helper()
+	if p.Wave.EmptyDelay == 0 {
+		p.Wave.EmptyDelay = 5 * time.Millisecond
+	}
+	if p.DrainTimeout == 0 {
+		p.DrainTimeout = 200 * time.Millisecond
+	}
+	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, Pipeline: p, NewReceiver: receiver.New})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return l
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+// The loop claims one probe after idle, then doubles while claims come back
+// full, and never asks for more than the free buffer.
+func TestListenerRampsAndRespectsFreeSpace(t *testing.T) {
+	src := &fakeSource{available: 1000}
+	l := newListener(t, src, transport.PipelineConfig{Concurrency: 1, BufferSize: 40})
+	// Nobody reads: the buffer fills to 40, one more is held by the permit.
+	eventually(t, "buffer full", func() bool { return l.State().Buffered == 40 })
+	log := src.claimLog()
+	want := []int{1, 2, 4, 8, 16}
+	for i, w := range want {
+		if log[i] != w {
+			t.Fatalf("claims = %v, want prefix %v", log, want)
+		}
+	}
+	total := 0
+	for _, c := range log {
+		total += c
+	}
+	if total > 41 {
+		t.Fatalf("claimed %d rows for a 40-slot buffer + 1 permit: %v", total, log)
+	}
+}
+
+// Sources with fixed-size claims (SQS) get a wave of concurrent claims,
+// each asking for at most MaxClaim.
+func TestListenerWaveOfSizedClaims(t *testing.T) {
+	src := sizedSource{&fakeSource{available: 1000, maxClaim: 10}}
+	l := newListener(t, src, transport.PipelineConfig{Concurrency: 1, BufferSize: 100})
+	eventually(t, "buffer full", func() bool { return l.State().Buffered == 100 })
+	for _, c := range src.claimLog() {
+		if c > 10 || c < 1 {
+			t.Fatalf("claim asked for %d, want 1..10: %v", c, src.claimLog())
+		}
+	}
+}
+
+// Receive errors back off, are counted, and a missing queue is reported
+// distinctly; a success resets the count.
+func TestListenerReceiveErrors(t *testing.T) {
+	missing := errors.Join(transport.ErrQueueNotFound, errors.New("no such table"))
+	src := &fakeSource{errs: []error{errors.New("boom"), missing, missing}}
+	l := newListener(t, src, transport.PipelineConfig{ErrorBackoff: time.Millisecond, MaxErrorDelay: 50 * time.Millisecond})
+	eventually(t, "queue missing reported", func() bool {
+		s := l.State()
+		return s.QueueMissing && s.ConsecutiveFailures >= 2
+	})
+	eventually(t, "recovered", func() bool {
+		s := l.State()
+		return s.ConsecutiveFailures == 0 && !s.QueueMissing && !s.LastReceive.IsZero() && s.Status == transport.StatusAccepting
+	})
+}
+
+// Messages held in batches count toward QueueCount; above MaxQueue the
+// listener latches too busy and stops fetching, and it resumes at the
+// restart threshold.
+func TestListenerBackPressureSeesBatching(t *testing.T) {
+	src := &fakeSource{available: 500}
+	l := newListener(t, src, transport.PipelineConfig{Concurrency: 4, BufferSize: 4, MaxQueue: 20, RestartQueue: 10})
+	var held []func()
+	var msgs []*message.Message
+	for len(msgs) < 30 {
+		select {
+		case m := <-l.Messages():
+			held = append(held, transport.EnterBatch(m)) // frees the permit
+			msgs = append(msgs, m)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if l.State().Status == transport.StatusTooBusy {
+			break
+		}
+	}
+	eventually(t, "latched too busy", func() bool { return l.State().Status == transport.StatusTooBusy })
+	s := l.State()
+	if s.BatchPending != len(msgs) || s.QueueCount != s.Buffered+s.InFlight+s.BatchPending {
+		t.Fatalf("state %+v with %d batched", s, len(msgs))
+	}
+	// Stopped fetching: overshoot bounded by one wave (≤ buffer).
+	if s.QueueCount > 20+4+4 {
+		t.Fatalf("QueueCount %d overshoots MaxQueue 20 by more than a wave", s.QueueCount)
+	}
+	// Settle batches: ack and settle (twice: the second is a no-op).
+	for i, m := range msgs {
+		m.Ack()
+		held[i]()
+		held[i]()
+	}
+	eventually(t, "accepting again", func() bool { return l.State().Status == transport.StatusAccepting })
+	if p := l.Pending().Load(); p != 0 {
+		t.Fatalf("pending = %d after settling, want 0", p)
+	}
+	// Drain the rest so the listener empties.
+	go func() {
+		for m := range l.Messages() {
+			m.Ack()
+		}
+	}()
+	eventually(t, "all completed", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.completed == 500
+	})
+}
+
+// A message published in-process (no tracker) never counts.
+func TestEnterBatchIgnoresLocalMessages(t *testing.T) {
+	m := message.NewMessage("local", nil)
+	settle := transport.EnterBatch(m)
+	settle()
+}
+
+// Pending settles exactly once per member and clamps at zero.
+func TestPendingSettleOnceAndClamp(t *testing.T) {
+	p := transport.NewPending(nil)
+	mk := func() *message.Message {
+		m := message.NewMessage("m", nil)
+		m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+		return m
+	}
+	a, b := mk(), mk()
+	sa, sb := transport.EnterBatch(a), transport.EnterBatch(b)
+	if again := transport.EnterBatch(a); p.Load() != 2 {
+		t.Fatalf("pending = %d, want 2", p.Load())
+	} else {
+		again() // no-op: a already entered
+	}
+	sa()
+	sa()
+	if p.Load() != 1 {
+		t.Fatalf("pending = %d after double settle, want 1", p.Load())
+	}
+	sb()
+	if p.Load() != 0 {
+		t.Fatalf("pending = %d, want 0", p.Load())
+	}
+}
+
+// Start after a fault rebuilds the receiver instead of re-attaching to the
+// dead one.
+func TestStartRebuildsFaultedReceiver(t *testing.T) {
+	src := &fakeSource{}
+	var built int
+	var mu sync.Mutex
+	var recvs []*faultable
+	factory := func(p transport.ReceiverParams) (transport.Receiver, error) {
+		r, err := receiver.New(p)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		built++
+		f := &faultable{Receiver: r}
+		recvs = append(recvs, f)
+		return f, nil
+	}
+	// A long check interval: only Start may rebuild in this test.
+	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, NewReceiver: factory,
+		Pipeline: transport.PipelineConfig{CheckInterval: time.Hour, DrainTimeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	recvs[0].fault.Store(&transport.Fault{Stage: "test", Cause: errors.New("x"), At: time.Now()})
+	mu.Unlock()
+	if !l.HasFaulted() || l.Status() != transport.StatusFaulted {
+		t.Fatalf("HasFaulted = %v, status %s", l.HasFaulted(), l.Status())
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if built != 2 || l.HasFaulted() || l.State().Rebuilds != 1 {
+		t.Fatalf("built %d receivers, faulted %v, rebuilds %d", built, l.HasFaulted(), l.State().Rebuilds)
+	}
+	select {
+	case <-recvs[0].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the faulted receiver was not disposed of")
+	}
+}
+
+type faultable struct {
+	transport.Receiver
+	fault atomicFault
+}
+
+type atomicFault struct {
+	mu sync.Mutex
+	f  *transport.Fault
+}
+
+func (a *atomicFault) Store(f *transport.Fault) { a.mu.Lock(); a.f = f; a.mu.Unlock() }
+func (a *atomicFault) Load() *transport.Fault   { a.mu.Lock(); defer a.mu.Unlock(); return a.f }
+
+func (f *faultable) Fault() *transport.Fault {
+	if x := f.fault.Load(); x != nil {
+		return x
+	}
+	return f.Receiver.Fault()
+}
