@@ -32,6 +32,8 @@ type Receiver struct {
 	pending  *transport.Pending
 	onChange func()
 	logger   watermill.LoggerAdapter
+	name     string
+	obs      transport.Observer
 
 	permits chan struct{}
 
@@ -186,8 +188,15 @@ func (r *Receiver) recordFault(stage string, cause error) {
 	if r.fault.CompareAndSwap(nil, f) {
 		r.stopOnce.Do(func() { close(r.stop) })
 		r.changed()
+		r.observe(func(o transport.Observer) { o.Faulted(r.name, f) })
 		r.logError("receiver faulted", cause, watermill.LogFields{"stage": stage})
 	}
+}
+
+// observe calls the observer; a panicking observer is ignored.
+func (r *Receiver) observe(fn func(transport.Observer)) {
+	defer func() { _ = recover() }()
+	fn(r.obs)
 }
 
 // guard runs fn, turning a panic into a recorded fault and an error.
@@ -380,6 +389,12 @@ func (r *Receiver) process(d *transport.Delivery) {
 	})
 	msgCtx, cancelMsg := context.WithCancel(transport.WithTracker(r.base, tracker))
 	defer cancelMsg()
+	var finish func(transport.Outcome)
+	r.observe(func(o transport.Observer) { msgCtx, finish = o.Delivering(msgCtx, r.name, msg) })
+	outcome := transport.OutcomeAbandoned
+	if finish != nil {
+		defer func() { r.observe(func(transport.Observer) { finish(outcome) }) }()
+	}
 	msg.SetContext(msgCtx)
 
 	r.mu.Lock()
@@ -409,11 +424,12 @@ func (r *Receiver) process(d *transport.Delivery) {
 		select {
 		case <-msg.Acked():
 			cancelMsg()
+			outcome = transport.OutcomeAcked
 			r.complete(d)
 			return
 		case <-msg.Nacked():
 			cancelMsg()
-			r.nack(d, msg)
+			outcome = r.nack(d, msg)
 			return
 		case <-detachedCh:
 			freePermit() // now counted as batch pending by the listener
@@ -443,12 +459,13 @@ func (r *Receiver) complete(d *transport.Delivery) {
 	}
 }
 
-func (r *Receiver) nack(d *transport.Delivery, msg *message.Message) {
+func (r *Receiver) nack(d *transport.Delivery, msg *message.Message) transport.Outcome {
 	if r.cfg.MaxAttempts > 0 && d.Attempt >= r.cfg.MaxAttempts {
 		r.deadLetter(d, msg, fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts))
-		return
+		return transport.OutcomeDeadLettered
 	}
 	r.retry(d, r.cfg.RetryDelayFor(d.Attempt))
+	return transport.OutcomeNacked
 }
 
 func (r *Receiver) retry(d *transport.Delivery, delay time.Duration) {
@@ -477,7 +494,9 @@ func (r *Receiver) deadLetter(d *transport.Delivery, msg *message.Message, reaso
 	if err != nil {
 		r.logError("dead-letter failed; the message returns after its lease expires", err,
 			watermill.LogFields{"id": d.ID, "reason": reason})
+		return
 	}
+	r.observe(func(o transport.Observer) { o.DeadLettered(r.name, msg, reason) })
 }
 
 // renew extends the leases of every held delivery once per interval.

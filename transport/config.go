@@ -80,6 +80,10 @@ type PipelineConfig struct {
 	// Clock drives waits of the receive loop; nil is the wall clock. For
 	// tests.
 	Clock Clock
+
+	// Observer receives pipeline events for metrics and traces; nil means
+	// none (NopObserver).
+	Observer Observer
 }
 
 // DefaultMaxQueue is the default back-pressure maximum.
@@ -123,6 +127,9 @@ func (c PipelineConfig) WithDefaults() PipelineConfig {
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

@@ -184,6 +184,7 @@ func (l *Listener) replaceReceiver(rebuild bool) error {
 		Pending:  l.pending,
 		OnChange: l.kick,
 		Logger:   l.logger,
+		Name:     l.cfg.Name,
 	})
 	if err != nil {
 		return fmt.Errorf("berth: building receiver: %w", err)
@@ -209,6 +210,7 @@ func (l *Listener) replaceReceiver(rebuild bool) error {
 	l.mu.Unlock()
 	if rebuild {
 		l.rebuilds.Add(1)
+		l.observe(func(o Observer) { o.Rebuilt(l.cfg.Name) })
 	}
 	if old != nil {
 		l.disposals.Add(1)
@@ -460,7 +462,8 @@ func (l *Listener) loop() {
 			continue
 		}
 		l.waveSize.Store(int64(n))
-		launched, found, err := l.claimWave(ctx, r, n, free)
+		launched, found, claimed, err := l.claimWave(ctx, r, n, free)
+		l.observe(func(o Observer) { o.WaveDone(l.cfg.Name, launched, found, claimed, err) })
 		if err != nil {
 			if l.stopping() {
 				return
@@ -495,17 +498,17 @@ func (l *Listener) loop() {
 }
 
 // claimWave launches one wave of n probes and pushes what they claim.
-func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (launched, found int, err error) {
+func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (launched, found, claimed int, err error) {
 	if err := faults.Hit(faults.Receive); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if l.claimSize == 0 {
 		ds, err := l.cfg.Source.Claim(ctx, n)
 		if err != nil {
-			return n, 0, err
+			return n, 0, 0, err
 		}
 		r.Push(ds)
-		return n, len(ds), nil
+		return n, len(ds), len(ds), nil
 	}
 	// One Claim per probe, run concurrently, each pushed as it returns.
 	per := max(min(l.claimSize, free/n), 1)
@@ -529,6 +532,7 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			claimed += len(ds)
 			if err != nil {
 				errs = append(errs, err)
 			} else if len(ds) > 0 {
@@ -538,9 +542,15 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 	}
 	wg.Wait()
 	if hits == 0 && len(errs) > 0 {
-		return launched, 0, errors.Join(errs...)
+		return launched, 0, claimed, errors.Join(errs...)
 	}
-	return launched, hits, nil
+	return launched, hits, claimed, nil
+}
+
+// observe calls the observer; a panicking observer is ignored.
+func (l *Listener) observe(fn func(Observer)) {
+	defer func() { _ = recover() }()
+	fn(l.pcfg.Observer)
 }
 
 // pushCurrent pushes to the receiver installed now (which releases them if

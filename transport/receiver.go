@@ -60,6 +60,8 @@ type ReceiverParams struct {
 	OnChange func()
 	// Logger never nil.
 	Logger watermill.LoggerAdapter
+	// Name is the listener's name, for observer events.
+	Name string
 }
 
 // ReceiverFactory builds a new receiver; listeners call it on Start and on
