@@ -64,8 +64,8 @@ func (NopObserver) Delivering(ctx context.Context, _ string, _ *message.Message)
 	return ctx, nil
 }
 func (NopObserver) DeadLettered(string, *message.Message, string) {}
-func (NopObserver) Faulted(string, *Fault)                         {}
-func (NopObserver) Rebuilt(string)                                 {}
+func (NopObserver) Faulted(string, *Fault)                        {}
+func (NopObserver) Rebuilt(string)                                {}
 
 // MetadataPublishedAt is set by Berth publishers to the publish time (RFC
 // 3339 with nanoseconds, UTC), for end-to-end latency.
