@@ -191,7 +191,7 @@ func TestMapping(t *testing.T) {
 			}
 			e := evaluator{cfg: tt.cfg.WithDefaults(), created: created}
 			v := e.evaluate(tt.state, now)
-			got := want{v.health, v.reason, v.live, v.ready}
+			got := want(v)
 			if got != tt.want {
 				t.Errorf("evaluate = %+v, want %+v", got, tt.want)
 			}

@@ -79,12 +79,6 @@ func (s *fakeSource) DeadLetter(context.Context, *transport.Delivery, *message.M
 }
 func (s *fakeSource) Close(context.Context) error { return nil }
 
-func (s *fakeSource) add(n int) {
-	s.mu.Lock()
-	s.available += n
-	s.mu.Unlock()
-}
-
 func (s *fakeSource) claimLog() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

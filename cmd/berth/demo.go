@@ -88,7 +88,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	st := &demoStats{seen: map[string]bool{}}
 	done := make(chan struct{})
 	var doneOnce sync.Once
-	router.AddNoPublisherHandler("orders", "orders", sub, func(m *message.Message) error {
+	router.AddConsumerHandler("orders", "orders", sub, func(m *message.Message) error {
 		if rand.Float64() < o.fail {
 			st.failed.Add(1)
 			return fmt.Errorf("order %s: simulated failure", m.UUID)
