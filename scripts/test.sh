@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The whole test suite, as `make test` and CI run it:
+#
+#   1. start or find the services (scripts/services.sh), stopped again on exit
+#   2. gofmt -l        (any file listed fails)
+#   3. go vet ./...
+#   4. staticcheck ./... (pinned, installed into .cache/bin)
+#   5. go test -race -count=1 ./...
+#
+# `scripts/test.sh lint` runs steps 2-4 only, without services.
+#
+# Each step fails fast with its name. Under CI=true a missing service is a
+# failure; elsewhere a warning, and the tests that need it skip.
+#
+# Environment: GO_TEST_FLAGS adds flags to go test (e.g. "-run TestFoo -v");
+# GO_TEST_PACKAGES replaces ./... .
+set -euo pipefail
+
+BERTH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$BERTH_ROOT"
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+
+STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}" # staticcheck 2026.2.2; v0.8.x is the first line whose go.mod targets Go 1.26
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+# on_exit stops go test (when a signal cut it short) and the services this
+# run started, whatever the exit path.
+GO_TEST_PID=""
+on_exit() {
+	local rc=$? i
+	if [[ -n "$GO_TEST_PID" ]] && kill -TERM -- "-$GO_TEST_PID" 2>/dev/null; then
+		# go test and its test binaries form their own process group.
+		for ((i = 0; i < 50; i++)); do
+			kill -0 -- "-$GO_TEST_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL -- "-$GO_TEST_PID" 2>/dev/null || true
+	fi
+	services_stop
+	exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+command -v go >/dev/null || die "go not found (expected at /usr/local/go/bin)"
+
+mode="${1:-all}"
+case "$mode" in
+all | lint) ;;
+*) die "usage: scripts/test.sh [lint]" ;;
+esac
+
+if [[ "$mode" == all ]]; then
+	step "services"
+	services_start
+fi
+
+# go_files lists the module's Go files (tracked and untracked, not ignored).
+go_files() {
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		git ls-files -co --exclude-standard -- '*.go' | while IFS= read -r f; do
+			if [[ -f "$f" ]]; then printf '%s\n' "$f"; fi
+		done
+	else
+		find . -name '*.go' -not -path './.cache/*' -not -path '*/node_modules/*' -not -path './.git/*'
+	fi
+}
+
+step "gofmt"
+if ! unformatted="$(go_files | xargs -r -d '\n' gofmt -l)"; then
+	die "gofmt could not parse the files above"
+fi
+if [[ -n "$unformatted" ]]; then
+	printf '%s\n' "$unformatted" >&2
+	die "gofmt: the files above are not formatted; run: gofmt -w <file>"
+fi
+
+step "go vet"
+go vet ./... || die "go vet failed"
+
+step "staticcheck $STATICCHECK_VERSION"
+staticcheck="$BERTH_CACHE/bin/staticcheck"
+if ! "$staticcheck" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"; then
+	GOBIN="$BERTH_CACHE/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ||
+		die "could not install staticcheck $STATICCHECK_VERSION"
+fi
+"$staticcheck" ./... || die "staticcheck failed"
+
+if [[ "$mode" == lint ]]; then
+	exit 0
+fi
+
+step "go test -race"
+# -p 2: the machines have two cores; each package's tests get the services to
+# themselves as much as possible.
+# go test runs in the background, in its own process group, so that a signal
+# to this script runs the EXIT trap at once (rather than after the suite) and
+# the trap can stop go test with its test binaries.
+# shellcheck disable=SC2086 # GO_TEST_FLAGS and GO_TEST_PACKAGES are word lists
+setsid go test -race -count=1 -timeout 25m -p 2 ${GO_TEST_FLAGS:-} ${GO_TEST_PACKAGES:-./...} &
+GO_TEST_PID=$!
+rc=0
+wait "$GO_TEST_PID" || rc=$?
+GO_TEST_PID=""
+if [[ $rc != 0 ]]; then
+	die "go test failed (exit $rc)"
+fi
