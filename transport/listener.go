@@ -463,6 +463,11 @@ func (l *Listener) loop() {
 			continue
 		}
 		free := r.Free()
+		if l.claimSize > 0 && free < l.claimSize && r.Buffered() >= l.claimSize {
+			// A partial request would cost as much as a full one; the
+			// buffer has work enough until a full request fits.
+			free = 0
+		}
 		n := ctrl.Next(free)
 		if n == 0 {
 			if !l.wait(l.pcfg.CheckInterval, false) {
@@ -519,8 +524,11 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 		r.Push(ds)
 		return n, len(ds), len(ds), nil
 	}
-	// One Claim per probe, run concurrently, each pushed as it returns.
-	per := max(min(l.claimSize, free/n), 1)
+	// One Claim per probe, run concurrently, each pushed as it returns. Ask
+	// in full-size requests only: no more probes than full requests fit in
+	// the free space (one smaller request when not even one fits).
+	n = min(n, max(1, free/l.claimSize))
+	per := min(l.claimSize, free)
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex

@@ -135,7 +135,9 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	}()
 
 	states := func() []transport.ListenerState {
-		if s, ok := sub.(interface{ ListenerStates() []transport.ListenerState }); ok {
+		if s, ok := sub.(interface {
+			ListenerStates() []transport.ListenerState
+		}); ok {
 			return s.ListenerStates()
 		}
 		return nil

@@ -5,5 +5,9 @@
 package all
 
 import (
-	_ "github.com/berth-go/berth/transport/mem" // mem://
+	_ "github.com/berth-go/berth/transport/mem"       // mem://
+	_ "github.com/berth-go/berth/transport/postgres"  // postgres://, postgresql://
+	_ "github.com/berth-go/berth/transport/sqlite"    // sqlite://
+	_ "github.com/berth-go/berth/transport/sqlserver" // sqlserver://
+	_ "github.com/berth-go/berth/transport/sqs"       // sqs://
 )

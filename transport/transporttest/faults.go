@@ -63,6 +63,7 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 	pub, sub := c.NewPubSubWith(t, cfg)
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	ids := publish(t, pub, tp, n)
 	var poison string
 	if point == faults.DeadLetter {

@@ -83,6 +83,17 @@ const waitFor = 30 * time.Second
 
 func topic(t *testing.T) string { return "berth_" + watermill.NewShortUUID() }
 
+// initialize creates the topic's queue ahead of publishing, for transports
+// that drop messages published before anything subscribed (SNS fan-out).
+func initialize(t *testing.T, sub message.Subscriber, topic string) {
+	t.Helper()
+	if si, ok := sub.(message.SubscribeInitializer); ok {
+		if err := si.SubscribeInitialize(topic); err != nil {
+			t.Fatalf("SubscribeInitialize: %v", err)
+		}
+	}
+}
+
 func publish(t *testing.T, pub message.Publisher, topic string, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
@@ -179,6 +190,7 @@ func testNackRedelivers(t *testing.T, c Config) {
 	pub, sub := c.NewPubSubWith(t, fastRetry(transport.PipelineConfig{Concurrency: 1}))
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	ch, cancel := subscribe(t, sub, tp)
 	defer cancel()
 	ids := publish(t, pub, tp, 1)
@@ -206,6 +218,7 @@ func testDeadLetter(t *testing.T, c Config) {
 	pub, sub := c.NewPubSubWith(t, fastRetry(transport.PipelineConfig{Concurrency: 1, MaxAttempts: maxAttempts}))
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	ch, cancel := subscribe(t, sub, tp)
 	defer cancel()
 	poison := publish(t, pub, tp, 1)[0]
@@ -241,6 +254,7 @@ func testCloseLosesNothing(t *testing.T, c Config) {
 	cfg := fastRetry(transport.PipelineConfig{Concurrency: 4, BufferSize: 8})
 	pub, sub := c.NewPubSubWith(t, cfg)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	ids := publish(t, pub, tp, n)
 	seen := map[string]bool{}
 	ch, cancel := subscribe(t, sub, tp)
@@ -278,6 +292,7 @@ func testQueueCountAndStatus(t *testing.T, c Config) {
 	pub, sub := c.NewPubSubWith(t, cfg)
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	publish(t, pub, tp, 20)
 	ch, cancel := subscribe(t, sub, tp)
 	defer cancel()
@@ -319,6 +334,7 @@ func testUnackedLimit(t *testing.T, c Config) {
 	pub, sub := c.NewPubSubWith(t, cfg)
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
+	initialize(t, sub, tp)
 	publish(t, pub, tp, 30)
 	ch, cancel := subscribe(t, sub, tp)
 	defer cancel()

@@ -1,0 +1,169 @@
+// Package coalesce batches concurrent calls into group commits.
+//
+// A Coalescer turns many concurrent Do calls into few flushes: the first
+// caller on an idle coalescer flushes its own item at once (no added latency
+// when idle); callers that arrive while a flush is in flight queue up, and
+// when it returns, one of them leads the next flush with everything queued
+// (up to a maximum batch). There is no timer and no goroutine: the callers'
+// own goroutines run the flushes.
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Do after Close.
+var ErrClosed = errors.New("coalesce: closed")
+
+// A Coalescer groups items of concurrent Do calls into batched flushes.
+type Coalescer[T any] struct {
+	flush    func(ctx context.Context, items []T) []error
+	maxBatch int
+
+	mu     sync.Mutex
+	queue  []*waiter[T]
+	busy   bool
+	idle   chan struct{} // closed when !busy; replaced when a flush starts
+	closed bool
+}
+
+type waiter[T any] struct {
+	item    T
+	done    chan error    // buffered 1: the item's outcome
+	lead    chan struct{} // buffered 1: lead the next flush
+	leading bool          // guarded by mu
+}
+
+// New returns a coalescer that calls flush with at most maxBatch items
+// (maxBatch < 1 means 1). flush must return nil (every item succeeded) or
+// one error per item, in order. Its context carries the values of the
+// leading caller's context but never its cancellation; flush bounds its own
+// work (a statement timeout).
+func New[T any](flush func(ctx context.Context, items []T) []error, maxBatch int) *Coalescer[T] {
+	idle := make(chan struct{})
+	close(idle)
+	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle}
+}
+
+// Do submits item and waits for the outcome of the flush that carries it.
+// If ctx is done while the item is still queued, Do withdraws it and returns
+// ctx.Err(); once its flush has started, Do waits for its outcome.
+func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
+	w := &waiter[T]{item: item, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.queue = append(c.queue, w)
+	if !c.busy {
+		c.busy = true
+		c.idle = make(chan struct{})
+		w.leading = true
+		c.mu.Unlock()
+		c.run(ctx)
+	} else {
+		c.mu.Unlock()
+	}
+	cancelled := ctx.Done()
+	for {
+		select {
+		case err := <-w.done:
+			return err
+		case <-w.lead:
+			c.run(ctx)
+		case <-cancelled:
+			c.mu.Lock()
+			if !w.leading {
+				for i, q := range c.queue {
+					if q == w {
+						c.queue = append(c.queue[:i:i], c.queue[i+1:]...)
+						c.mu.Unlock()
+						return ctx.Err()
+					}
+				}
+			}
+			c.mu.Unlock()
+			// In flight, or chosen to lead: see it through.
+			cancelled = nil
+		}
+	}
+}
+
+// run flushes one batch from the head of the queue, delivers the outcomes,
+// and hands leadership to the next queued caller, if any.
+func (c *Coalescer[T]) run(ctx context.Context) {
+	c.mu.Lock()
+	n := min(len(c.queue), c.maxBatch)
+	batch := make([]*waiter[T], n)
+	copy(batch, c.queue)
+	c.queue = append(c.queue[:0:0], c.queue[n:]...)
+	c.mu.Unlock()
+
+	items := make([]T, n)
+	for i, w := range batch {
+		items[i] = w.item
+	}
+	errs := c.safeFlush(context.WithoutCancel(ctx), items)
+	for i, w := range batch {
+		var err error
+		switch {
+		case len(errs) == len(batch):
+			err = errs[i]
+		case len(errs) != 0:
+			err = errs[0]
+		}
+		w.done <- err
+	}
+
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.busy = false
+		close(c.idle)
+	} else {
+		next := c.queue[0]
+		next.leading = true
+		next.lead <- struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+func (c *Coalescer[T]) safeFlush(ctx context.Context, items []T) (errs []error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := errors.New("coalesce: flush panicked")
+			if e, ok := p.(error); ok {
+				err = errors.Join(err, e)
+			}
+			errs = []error{err}
+		}
+	}()
+	return c.flush(ctx, items)
+}
+
+// Close refuses new items and waits until everything queued has been
+// flushed, or ctx is done. Queued items are flushed with their leaders'
+// contexts stripped of cancellation, so a cancelled shutdown context does not
+// fail the final flush. Close is idempotent.
+func (c *Coalescer[T]) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Queued returns the number of items waiting for a flush (not counting the
+// batch in flight).
+func (c *Coalescer[T]) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}

@@ -1,0 +1,178 @@
+package coalesce_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/internal/coalesce"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestIdleFlushesAtOnce(t *testing.T) {
+	var calls atomic.Int32
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		calls.Add(1)
+		if len(items) != 1 || items[0] != 7 {
+			t.Errorf("items = %v, want [7]", items)
+		}
+		return nil
+	}, 10)
+	if err := c.Do(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("flushes = %d, want 1", calls.Load())
+	}
+}
+
+// While one flush is in flight, later callers queue and go out together.
+func TestGroupsWhileInFlight(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]int
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		mu.Lock()
+		batches = append(batches, append([]int(nil), items...))
+		first := len(batches) == 1
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-release
+		}
+		errs := make([]error, len(items))
+		for i, it := range items {
+			if it%2 == 1 {
+				errs[i] = fmt.Errorf("odd %d", it)
+			}
+		}
+		return errs
+	}, 3)
+
+	var wg sync.WaitGroup
+	results := make([]error, 8)
+	wg.Add(1)
+	go func() { defer wg.Done(); results[0] = c.Do(context.Background(), 0) }()
+	<-entered
+	var queued sync.WaitGroup
+	for i := 1; i < 8; i++ {
+		wg.Add(1)
+		queued.Add(1)
+		go func() {
+			defer wg.Done()
+			queued.Done()
+			results[i] = c.Do(context.Background(), i)
+		}()
+	}
+	queued.Wait()
+	// Wait until all seven are queued behind the in-flight flush.
+	waitQueued(t, c, 7)
+	close(release)
+	wg.Wait()
+
+	for i, err := range results {
+		if (i%2 == 1) != (err != nil) {
+			t.Errorf("item %d: err = %v", i, err)
+		}
+	}
+	if len(batches) != 4 { // [0], then 7 queued in batches of at most 3
+		t.Fatalf("batches = %v, want 4 flushes", batches)
+	}
+	seen := map[int]bool{}
+	for _, b := range batches {
+		if len(b) > 3 {
+			t.Errorf("batch %v exceeds max 3", b)
+		}
+		for _, it := range b {
+			if seen[it] {
+				t.Errorf("item %d flushed twice", it)
+			}
+			seen[it] = true
+		}
+	}
+	if len(seen) != 8 {
+		t.Errorf("flushed %d distinct items, want 8", len(seen))
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(context.Background(), 1); !errors.Is(err, coalesce.ErrClosed) {
+		t.Fatalf("Do after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestCancelledWhileQueuedWithdraws(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var flushed atomic.Int32
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		flushed.Add(int32(len(items)))
+		if items[0] == 0 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}, 10)
+	done := make(chan error, 1)
+	go func() { done <- c.Do(context.Background(), 0) }()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Do(ctx, 1) }()
+	waitQueued(t, c, 1)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Do = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if flushed.Load() != 1 {
+		t.Fatalf("flushed %d items, want 1 (the withdrawn one must not flush)", flushed.Load())
+	}
+}
+
+func TestFlushSeesNoCancellation(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := coalesce.New(func(ctx context.Context, items []int) []error {
+		return []error{ctx.Err()}
+	}, 1)
+	// An already-cancelled caller on an idle coalescer still leads its own
+	// flush, whose context is not cancelled.
+	if err := c.Do(ctx, 1); err != nil {
+		t.Fatalf("Do = %v, want nil", err)
+	}
+}
+
+func TestPanicBecomesError(t *testing.T) {
+	c := coalesce.New(func(context.Context, []int) []error { panic("boom") }, 1)
+	if err := c.Do(context.Background(), 1); err == nil {
+		t.Fatal("want an error from a panicking flush")
+	}
+	if err := c.Do(context.Background(), 2); err == nil {
+		t.Fatal("coalescer must stay usable after a panic")
+	}
+}
+
+func waitQueued[T any](t *testing.T, c *coalesce.Coalescer[T], n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if c.Queued() >= n {
+			return
+		}
+		if i > 1e7 {
+			t.Fatalf("never saw %d queued", n)
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,469 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+func newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *sqlqueue.Publisher {
+	t.Helper()
+	c := sqlqueue.PublisherConfig{DB: db}
+	for _, m := range mut {
+		m(&c)
+	}
+	p, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.SubscriberConfig)) *sqlqueue.Source {
+	t.Helper()
+	c := testPipeline()
+	c.DB = db
+	c.Dialect = postgres.Dialect{}
+	c.SweepInterval = -1
+	for _, m := range mut {
+		m(&c)
+	}
+	s, err := sqlqueue.NewSource(context.Background(), c, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		ids[i] = watermill.NewUUID()
+		msgs[i] = message.NewMessage(ids[i], []byte(fmt.Sprintf("body-%d", i)))
+		msgs[i].Metadata.Set("i", fmt.Sprint(i))
+	}
+	if err := p.Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func rowStates(t *testing.T, db *sql.DB, table string) map[int]int {
+	t.Helper()
+	rows, err := db.Query(`SELECT state, count(*) FROM ` + table + ` GROUP BY state`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[int]int{}
+	for rows.Next() {
+		var s, n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		m[s] = n
+	}
+	return m
+}
+
+func TestLeaseLostNeverReachesUserCode(t *testing.T) {
+	db := openDB(t, 3)
+	pub := newPub(t, db)
+	publishN(t, pub, "lease_lost", 2)
+	src := newSource(t, db, "lease_lost")
+	ds, err := src.Claim(context.Background(), 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claim = %d, %v", len(ds), err)
+	}
+	// Another instance took the first row over (e.g. the sweeper returned it
+	// and someone re-claimed it): its owner token changed.
+	if _, err := db.Exec(`UPDATE `+src.Queue().Table+` SET owner = owner + 1 WHERE id = $1`, ds[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Begin(context.Background(), ds[0]); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Fatalf("Begin of a taken-over row = %v, want ErrLeaseLost", err)
+	}
+	if err := src.Begin(context.Background(), ds[1]); err != nil || ds[1].Attempt != 1 {
+		t.Fatalf("Begin = %v, attempt %d; want nil, 1", err, ds[1].Attempt)
+	}
+	// Settling the lost row is fenced too.
+	if err := src.Complete(context.Background(), ds[0]); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Fatalf("Complete of a lost row = %v, want ErrLeaseLost", err)
+	}
+	if err := src.Complete(context.Background(), ds[1]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReleaseReturnsAllWithAttemptsUnchanged(t *testing.T) {
+	db := openDB(t, 3)
+	pub := newPub(t, db)
+	publishN(t, pub, "release", 10)
+	src := newSource(t, db, "release")
+	ds, err := src.Claim(context.Background(), 10)
+	if err != nil || len(ds) != 10 {
+		t.Fatalf("claim = %d, %v", len(ds), err)
+	}
+	before := src.Stats().Releases
+	if err := src.Release(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.Stats().Releases - before; got != 1 {
+		t.Fatalf("release statements = %d, want 1", got)
+	}
+	if st := rowStates(t, db, src.Queue().Table); st[sqlqueue.StatePending] != 10 || len(st) != 1 {
+		t.Fatalf("states after release = %v, want 10 pending", st)
+	}
+	var maxAttempts int
+	if err := db.QueryRow(`SELECT max(attempts) FROM ` + src.Queue().Table).Scan(&maxAttempts); err != nil || maxAttempts != 0 {
+		t.Fatalf("attempts after release = %d, %v; want 0", maxAttempts, err)
+	}
+}
+
+// A subscriber closed with prefetched rows in its buffer releases every one
+// of them: nothing stays fetched, no attempt is counted for them.
+func TestCloseReleasesPrefetched(t *testing.T) {
+	db := openDB(t, 4)
+	pub := newPub(t, db)
+	publishN(t, pub, "close_release", 50)
+	c := testPipeline()
+	c.DB = db
+	c.Pipeline.Concurrency = 1
+	c.Pipeline.BufferSize = 20
+	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := sub.Subscribe(context.Background(), "close_release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch // the buffer fills behind this unacked message
+	q := sub.Queue("close_release")
+	waitFor(t, 10*time.Second, func() bool { return rowStates(t, db, q.Table)[sqlqueue.StateFetched] > 0 })
+	first.Ack()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := rowStates(t, db, q.Table)
+	if st[sqlqueue.StateFetched] != 0 || st[sqlqueue.StateProcessing] != 0 {
+		t.Fatalf("after close: %v, want only pending rows", st)
+	}
+	var counted int
+	if err := db.QueryRow(`SELECT count(*) FROM ` + q.Table + ` WHERE attempts > 0`).Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 0 {
+		t.Fatalf("%d released rows had an attempt counted", counted)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+func TestDeadLetterRowCarriesEverything(t *testing.T) {
+	db := openDB(t, 3)
+	pub := newPub(t, db)
+	ids := publishN(t, pub, "dead", 1)
+	src := newSource(t, db, "dead")
+	ds, _ := src.Claim(context.Background(), 1)
+	if len(ds) != 1 {
+		t.Fatal("no row claimed")
+	}
+	if err := src.Begin(context.Background(), ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.DeadLetter(context.Background(), ds[0], nil, "handler said no"); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		uuid, headers, reason, queue string
+		body                         []byte
+		attempts                     int
+	)
+	err := db.QueryRow(`SELECT message_uuid, headers, body, attempts, reason, queue_table FROM berth_errors`).
+		Scan(&uuid, &headers, &body, &attempts, &reason, &queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uuid != ids[0] || string(body) != "body-0" || attempts != 1 || reason != "handler said no" ||
+		queue != src.Queue().Name || !strings.Contains(headers, `"i":"0"`) {
+		t.Fatalf("error row = %s %s %q %d %q %s", uuid, headers, body, attempts, reason, queue)
+	}
+	if n := len(rowStates(t, db, src.Queue().Table)); n != 0 {
+		t.Fatal("dead-lettered row still in the queue")
+	}
+	if err := src.DeadLetter(context.Background(), ds[0], nil, "again"); !errors.Is(err, transport.ErrLeaseLost) {
+		t.Fatalf("second dead-letter = %v, want ErrLeaseLost", err)
+	}
+}
+
+// A killed instance leaves fetched and processing rows; another instance's
+// sweeper recovers them. The killed instance's connections are terminated
+// and it is never closed before the check.
+func TestSweeperRecoversKilledInstance(t *testing.T) {
+	url := testenv.PostgresSchemaURL(t)
+	dbA, err := postgres.Open(url+"&application_name=berth_killed", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbA.Close()
+	dbB, err := postgres.Open(url, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+	pub := newPub(t, dbB)
+	ids := publishN(t, pub, "killed", 6)
+
+	srcA, err := sqlqueue.NewSource(context.Background(), sqlqueue.SubscriberConfig{
+		DB: dbA, Dialect: postgres.Dialect{}, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
+	}, "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := srcA.Claim(context.Background(), 6)
+	if err != nil || len(ds) != 6 {
+		t.Fatalf("claim = %d, %v", len(ds), err)
+	}
+	for _, d := range ds[:2] { // two reach user code, four stay prefetched
+		if err := srcA.Begin(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dbB.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'berth_killed'`); err != nil {
+		t.Fatal(err)
+	}
+
+	c := testPipeline()
+	c.DB = dbB
+	c.FetchTimeout = time.Second
+	c.Lease = time.Second
+	c.SweepInterval = 200 * time.Millisecond
+	subB, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subB.Close()
+	ch, err := subB.Subscribe(context.Background(), "killed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	timeout := time.After(30 * time.Second)
+	for len(got) < 6 {
+		select {
+		case m := <-ch:
+			got[m.UUID] = m.Metadata.Get(transport.MetadataAttempt)
+			m.Ack()
+		case <-timeout:
+			t.Fatalf("recovered %d of 6", len(got))
+		}
+	}
+	for _, id := range ids {
+		if got[id] == "" {
+			t.Fatalf("message %s never recovered", id)
+		}
+	}
+	twice := 0
+	for _, a := range got {
+		if a == "2" {
+			twice++
+		}
+	}
+	if twice != 2 {
+		t.Fatalf("attempts on recovery = %v; want the two processing rows at attempt 2, the rest at 1", got)
+	}
+	if s := subB.Stats(); s.Recovered < 6 {
+		t.Fatalf("Stats.Recovered = %d, want ≥ 6", s.Recovered)
+	}
+	_ = srcA.Close(context.Background())
+}
+
+func TestTwentyCompetingSubscribersExactlyOnce(t *testing.T) {
+	db := openDB(t, 10)
+	pub := newPub(t, db)
+	const n = 2000
+	var ids []string
+	for i := 0; i < n/100; i++ {
+		ids = append(ids, publishN(t, pub, "compete", 100)...)
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		wg   sync.WaitGroup
+		subs []*sqlqueue.Subscriber
+	)
+	all := make(chan struct{})
+	for i := 0; i < 20; i++ {
+		c := testPipeline()
+		c.DB = db
+		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+		ch, err := sub.Subscribe(context.Background(), "compete")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range ch {
+				mu.Lock()
+				seen[m.UUID]++
+				total := 0
+				for _, c := range seen {
+					total += c
+				}
+				if total == n {
+					close(all)
+				}
+				mu.Unlock()
+				m.Ack()
+			}
+		}()
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("received %d of %d", len(seen), n)
+	}
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("message %s delivered %d times", id, seen[id])
+		}
+	}
+}
+
+func TestCorruptHeadersDeadLetteredAndLoopContinues(t *testing.T) {
+	db := openDB(t, 4)
+	pub := newPub(t, db)
+	c := testPipeline()
+	c.DB = db
+	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize("corrupt"); err != nil {
+		t.Fatal(err)
+	}
+	q := sub.Queue("corrupt")
+	if _, err := db.Exec(`INSERT INTO ` + q.Table + ` (uuid, headers, body) VALUES ('bad', '{not json', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	good := publishN(t, pub, "corrupt", 1)
+	ch, err := sub.Subscribe(context.Background(), "corrupt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		if m.UUID != good[0] {
+			t.Fatalf("got %s, want the good message", m.UUID)
+		}
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not continue past the corrupt row")
+	}
+	var reason, headers string
+	waitFor(t, 10*time.Second, func() bool {
+		return db.QueryRow(`SELECT reason, headers FROM berth_errors WHERE message_uuid = 'bad'`).Scan(&reason, &headers) == nil
+	})
+	if !strings.Contains(reason, "headers") || headers != "{not json" {
+		t.Fatalf("error row: reason %q headers %q", reason, headers)
+	}
+}
+
+func TestOversizeRejectedNamingLimit(t *testing.T) {
+	db := openDB(t, 2)
+	pub := newPub(t, db, func(c *sqlqueue.PublisherConfig) { c.MaxMessageSize = 100 })
+	err := pub.Publish("big", message.NewMessage("x", make([]byte, 200)))
+	if !errors.Is(err, transport.ErrMessageTooLarge) || !strings.Contains(err.Error(), "100") {
+		t.Fatalf("err = %v, want ErrMessageTooLarge naming 100", err)
+	}
+}
+
+func TestBadURLParameterNamesItself(t *testing.T) {
+	base := testenv.PostgresURL(t)
+	_, err := transport.OpenSubscriber(context.Background(), withParams(t, base, "concurrancy", "4"))
+	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "concurrancy") {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming concurrancy", err)
+	}
+	_, err = transport.OpenSubscriber(context.Background(), withParams(t, base, "lease", "soon"))
+	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), `"lease"`) {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming lease", err)
+	}
+}
+
+// An insert that commits after a later one was consumed is still delivered:
+// claims are state-based, not high-water marks.
+func TestCommitOrderSafety(t *testing.T) {
+	db := openDB(t, 4)
+	pub := newPub(t, db)
+	src := newSource(t, db, "order")
+	publishN(t, pub, "order", 1) // creates the queue
+	ds, _ := src.Claim(context.Background(), 1)
+	for _, d := range ds {
+		_ = src.Begin(context.Background(), d)
+		_ = src.Complete(context.Background(), d)
+	}
+
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := message.NewMessage("early", []byte("lower id"))
+	if err := pub.WithTx(tx).Publish("order", early); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, pub, "order", 1) // higher id, commits first
+	ds, err = src.Claim(context.Background(), 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("claim = %d, %v", len(ds), err)
+	}
+	_ = src.Begin(context.Background(), ds[0])
+	_ = src.Complete(context.Background(), ds[0])
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err = src.Claim(context.Background(), 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("late-committed row: claim = %d, %v", len(ds), err)
+	}
+	m, err := src.Map(ds[0])
+	if err != nil || m.UUID != "early" {
+		t.Fatalf("got %v, %v; want the early message", m, err)
+	}
+}

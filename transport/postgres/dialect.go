@@ -1,0 +1,312 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// WakeChannel is the NOTIFY channel every insert signals, with the queue
+// table name as payload.
+const WakeChannel = "berth_wake"
+
+// Dialect is the PostgreSQL dialect: every statement of the transport on
+// PostgreSQL is in this file.
+type Dialect struct{}
+
+var (
+	_ sqlqueue.Dialect                = Dialect{}
+	_ sqlqueue.Notifier               = Dialect{}
+	_ sqlqueue.MissingTableClassifier = Dialect{}
+)
+
+// Name implements sqlqueue.Dialect.
+func (Dialect) Name() string { return "postgres" }
+
+// QuoteIdent implements sqlqueue.Dialect.
+func (Dialect) QuoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func st(sql string, args ...any) sqlqueue.Stmt { return sqlqueue.Stmt{SQL: sql, Args: args} }
+
+// Lock implements sqlqueue.Dialect with transaction-scoped advisory locks;
+// the key includes current_schema() so unqualified deployments in
+// different schemas do not contend.
+func (Dialect) Lock(key string, wait bool) sqlqueue.Stmt {
+	if wait {
+		return st(`SELECT true FROM (SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || $1, 0))) AS l`, key)
+	}
+	return st(`SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || $1, 0))`, key)
+}
+
+// VersionTable implements sqlqueue.Dialect.
+func (Dialect) VersionTable(n sqlqueue.Names) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{st(`CREATE TABLE IF NOT EXISTS ` + n.Version + ` (
+	version    integer     NOT NULL PRIMARY KEY,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`)}
+}
+
+// SchemaVersion implements sqlqueue.Dialect.
+func (Dialect) SchemaVersion(n sqlqueue.Names) sqlqueue.Stmt {
+	return st(`SELECT coalesce(max(version), 0) FROM ` + n.Version)
+}
+
+// SetSchemaVersion implements sqlqueue.Dialect.
+func (Dialect) SetSchemaVersion(n sqlqueue.Names, v int) sqlqueue.Stmt {
+	return st(`INSERT INTO ` + n.Version + ` (version) VALUES (` + strconv.Itoa(v) + `) ON CONFLICT DO NOTHING`)
+}
+
+// Migrations implements sqlqueue.Dialect.
+func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
+	return []sqlqueue.Migration{{Version: 1, Stmts: []sqlqueue.Stmt{
+		st(`CREATE TABLE IF NOT EXISTS ` + n.Subscriptions + ` (
+	topic          text        NOT NULL,
+	consumer_group text        NOT NULL,
+	queue_table    text        NOT NULL,
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (topic, consumer_group)
+)`),
+		st(`CREATE TABLE IF NOT EXISTS ` + n.Errors + ` (
+	id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	queue_table  text        NOT NULL,
+	message_uuid text        NOT NULL,
+	headers      text        NOT NULL,
+	body         bytea       NOT NULL,
+	attempts     integer     NOT NULL,
+	reason       text        NOT NULL,
+	original_id  bigint      NOT NULL,
+	created_at   timestamptz NOT NULL,
+	failed_at    timestamptz NOT NULL DEFAULT now()
+)`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(n.ErrorsName+"_queue") + ` ON ` + n.Errors + ` (queue_table, failed_at)`),
+	}}}
+}
+
+// CreateQueue implements sqlqueue.Dialect. The partial index on pending
+// rows keeps claimed rows out of other claims' path.
+func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{
+		st(`CREATE TABLE IF NOT EXISTS ` + q.Table + ` (
+	id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	uuid        text        NOT NULL,
+	headers     text        NOT NULL,
+	body        bytea       NOT NULL,
+	state       smallint    NOT NULL DEFAULT 0,
+	owner       bigint,
+	attempts    integer     NOT NULL DEFAULT 0,
+	created_at  timestamptz NOT NULL DEFAULT now(),
+	due_at      timestamptz NOT NULL DEFAULT now(),
+	lease_until timestamptz,
+	expires_at  timestamptz
+)`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + q.Table + ` (due_at, id) WHERE state = 0`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + q.Table + ` (lease_until) WHERE state <> 0`),
+	}
+}
+
+// Subscribe implements sqlqueue.Dialect.
+func (Dialect) Subscribe(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		q.Topic, q.Group, q.Name)
+}
+
+// Subscriptions implements sqlqueue.Dialect.
+func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
+	return st(`SELECT queue_table FROM `+n.Subscriptions+` WHERE topic = $1 ORDER BY consumer_group`, topic)
+}
+
+// Insert implements sqlqueue.Dialect: one statement for any number of rows
+// (arrays), with the NOTIFY that wakes listening subscribers at commit.
+func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	uuids := make([]string, len(rows))
+	headers := make([]string, len(rows))
+	bodies := make([][]byte, len(rows))
+	delays := make([]int64, len(rows))
+	ttls := make([]int64, len(rows))
+	for i, r := range rows {
+		uuids[i], headers[i], bodies[i] = r.UUID, string(r.Headers), r.Body
+		delays[i], ttls[i] = sqlqueue.Millis(r.Delay), sqlqueue.Millis(r.TTL)
+	}
+	return []sqlqueue.Stmt{st(`WITH ins AS (
+	INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at)
+	SELECT r.uuid, r.headers, r.body,
+	       now() + r.delay_ms * interval '1 millisecond',
+	       CASE WHEN r.ttl_ms > 0 THEN now() + r.ttl_ms * interval '1 millisecond' END
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) WITH ORDINALITY
+	     AS r(uuid, headers, body, delay_ms, ttl_ms, ord)
+	ORDER BY r.ord
+	RETURNING 1
+)
+SELECT pg_notify('`+WakeChannel+`', $6) FROM (SELECT 1 FROM ins LIMIT 1) AS n`,
+		uuids, headers, bodies, delays, ttls, q.Name)}
+}
+
+// Claim implements sqlqueue.Dialect.
+func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond'
+WHERE q.id IN (
+	SELECT id FROM `+q.Table+`
+	WHERE state = 0 AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())
+	ORDER BY due_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
+		owner, sqlqueue.Millis(fetchTimeout), n)
+}
+
+func refArrays(refs []sqlqueue.Ref) (ids, owners []int64) {
+	ids = make([]int64, len(refs))
+	owners = make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i], owners[i] = r.ID, r.Owner
+	}
+	return ids, owners
+}
+
+// Begin implements sqlqueue.Dialect.
+func (Dialect) Begin(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
+	ids, owners := refArrays(refs)
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond'
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 1
+RETURNING q.id, q.attempts`, ids, owners, sqlqueue.Millis(lease))
+}
+
+// Complete implements sqlqueue.Dialect.
+func (Dialect) Complete(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	ids, owners := refArrays(refs)
+	return st(`DELETE FROM `+q.Table+` AS q
+USING unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+RETURNING q.id`, ids, owners)
+}
+
+// Renew implements sqlqueue.Dialect.
+func (Dialect) Renew(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
+	ids, owners := refArrays(refs)
+	return st(`UPDATE `+q.Table+` AS q
+SET lease_until = now() + $3 * interval '1 millisecond'
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+RETURNING q.id`, ids, owners, sqlqueue.Millis(lease))
+}
+
+// Retry implements sqlqueue.Dialect.
+func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
+	ids := make([]int64, len(rows))
+	owners := make([]int64, len(rows))
+	delays := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i], owners[i], delays[i] = r.ID, r.Owner, sqlqueue.Millis(r.Delay)
+	}
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond'
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, owner, delay_ms)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+RETURNING q.id`, ids, owners, delays)
+}
+
+// Release implements sqlqueue.Dialect.
+func (Dialect) Release(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	ids, owners := refArrays(refs)
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 0, owner = NULL, lease_until = NULL
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 1
+RETURNING q.id`, ids, owners)
+}
+
+// DeadLetter implements sqlqueue.Dialect: one statement (a data-modifying
+// CTE), atomic on its own.
+func (Dialect) DeadLetter(n sqlqueue.Names, q sqlqueue.Queue, ref sqlqueue.Ref, reason string) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{st(`WITH d AS (
+	DELETE FROM `+q.Table+`
+	WHERE id = $1 AND owner = $2 AND state IN (1, 2)
+	RETURNING id, uuid, headers, body, attempts, created_at
+)
+INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at)
+SELECT $3, uuid, headers, body, attempts, $4, id, created_at FROM d
+RETURNING original_id`, ref.ID, ref.Owner, q.Name, reason)}
+}
+
+// Recover implements sqlqueue.Dialect.
+func (Dialect) Recover(q sqlqueue.Queue, maxAttempts, limit int) sqlqueue.Stmt {
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 0, owner = NULL, lease_until = NULL
+WHERE q.id IN (
+	SELECT id FROM `+q.Table+`
+	WHERE state <> 0 AND lease_until < now() AND (state = 1 OR $1 <= 0 OR attempts < $1)
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+RETURNING q.id`, maxAttempts, limit)
+}
+
+// DeadLetterExpired implements sqlqueue.Dialect.
+func (Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{st(`WITH d AS (
+	DELETE FROM `+q.Table+`
+	WHERE id IN (
+		SELECT id FROM `+q.Table+`
+		WHERE state = 2 AND lease_until < now() AND attempts >= $1
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	RETURNING id, uuid, headers, body, attempts, created_at
+)
+INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at)
+SELECT $3, uuid, headers, body, attempts, $4, id, created_at FROM d
+RETURNING original_id`, maxAttempts, limit, q.Name, reason)}
+}
+
+// DropExpired implements sqlqueue.Dialect.
+func (Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
+	return st(`DELETE FROM `+q.Table+`
+WHERE id IN (
+	SELECT id FROM `+q.Table+`
+	WHERE state = 0 AND expires_at <= now()
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+RETURNING id`, limit)
+}
+
+// Listen implements sqlqueue.Notifier with LISTEN on WakeChannel.
+func (Dialect) Listen(ctx context.Context, conn *sql.Conn, wake func(string)) error {
+	return conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("postgres: LISTEN needs the pgx stdlib driver, got %T", dc)
+		}
+		pc := sc.Conn()
+		if _, err := pc.Exec(ctx, "LISTEN "+WakeChannel); err != nil {
+			return err
+		}
+		for {
+			n, err := pc.WaitForNotification(ctx)
+			if err != nil {
+				return err
+			}
+			wake(n.Payload)
+		}
+	})
+}
+
+// IsMissingTable implements sqlqueue.MissingTableClassifier (SQLSTATE
+// 42P01, undefined_table).
+func (Dialect) IsMissingTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}

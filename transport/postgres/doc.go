@@ -1,0 +1,22 @@
+// Package postgres is Berth's SQL queue transport on PostgreSQL, over
+// github.com/jackc/pgx/v5 through database/sql.
+//
+// # Opening by URL
+//
+// Importing the package registers the schemes postgres:// and
+// postgresql://. Connection parameters (sslmode, search_path,
+// application_name, …) go to pgx; Berth's parameters (concurrency,
+// consumer_group, lease, max_conns, schema, …) configure the transport;
+// anything else is rejected, naming itself.
+//
+//	sub, err := transport.OpenSubscriber(ctx, "postgres://app@db/app?sslmode=disable&consumer_group=billing")
+//
+// # Statements
+//
+// Claims use UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)
+// RETURNING over a partial index on pending rows; settlements pass arrays
+// (unnest) so a batch of any size is one statement; dead-lettering is one
+// data-modifying CTE. Inserts send NOTIFY on WakeChannel with the queue
+// table as payload; each pool's subscribers share one LISTEN connection.
+// Cluster-wide work takes transaction-scoped advisory locks.
+package postgres

@@ -1,0 +1,283 @@
+package sqlite
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// Dialect is the SQLite dialect: every statement of the transport on SQLite
+// is in this file. Times are stored as integer Unix milliseconds, taken
+// from the process clock (the database is local) and passed as arguments,
+// so every statement of one transaction sees one "now". Writes are
+// serialised by SQLite itself, so claims need no SKIP LOCKED, and the
+// cluster lock is the transaction (BEGIN IMMEDIATE).
+type Dialect struct {
+	// Now returns the current time; nil is time.Now. For tests.
+	Now func() time.Time
+}
+
+var (
+	_ sqlqueue.Dialect                = Dialect{}
+	_ sqlqueue.MissingTableClassifier = Dialect{}
+)
+
+func (d Dialect) now() int64 {
+	if d.Now != nil {
+		return d.Now().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}
+
+// Name implements sqlqueue.Dialect.
+func (Dialect) Name() string { return "sqlite" }
+
+// QuoteIdent implements sqlqueue.Dialect.
+func (Dialect) QuoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func st(sql string, args ...any) sqlqueue.Stmt { return sqlqueue.Stmt{SQL: sql, Args: args} }
+
+// Lock implements sqlqueue.Dialect: transactions begin IMMEDIATE (the
+// database's one write lock), so holding a transaction is holding the lock.
+func (Dialect) Lock(string, bool) sqlqueue.Stmt { return st(`SELECT 1`) }
+
+// VersionTable implements sqlqueue.Dialect.
+func (Dialect) VersionTable(n sqlqueue.Names) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{st(`CREATE TABLE IF NOT EXISTS ` + n.Version + ` (
+	version    INTEGER NOT NULL PRIMARY KEY,
+	applied_at INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER))
+)`)}
+}
+
+// SchemaVersion implements sqlqueue.Dialect.
+func (Dialect) SchemaVersion(n sqlqueue.Names) sqlqueue.Stmt {
+	return st(`SELECT coalesce(max(version), 0) FROM ` + n.Version)
+}
+
+// SetSchemaVersion implements sqlqueue.Dialect.
+func (Dialect) SetSchemaVersion(n sqlqueue.Names, v int) sqlqueue.Stmt {
+	return st(`INSERT OR IGNORE INTO ` + n.Version + ` (version) VALUES (` + strconv.Itoa(v) + `)`)
+}
+
+// Migrations implements sqlqueue.Dialect.
+func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
+	return []sqlqueue.Migration{{Version: 1, Stmts: []sqlqueue.Stmt{
+		st(`CREATE TABLE IF NOT EXISTS ` + n.Subscriptions + ` (
+	topic          TEXT    NOT NULL,
+	consumer_group TEXT    NOT NULL,
+	queue_table    TEXT    NOT NULL,
+	created_at     INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
+	PRIMARY KEY (topic, consumer_group)
+)`),
+		st(`CREATE TABLE IF NOT EXISTS ` + n.Errors + ` (
+	id           INTEGER PRIMARY KEY AUTOINCREMENT,
+	queue_table  TEXT    NOT NULL,
+	message_uuid TEXT    NOT NULL,
+	headers      TEXT    NOT NULL,
+	body         BLOB    NOT NULL,
+	attempts     INTEGER NOT NULL,
+	reason       TEXT    NOT NULL,
+	original_id  INTEGER NOT NULL,
+	created_at   INTEGER NOT NULL,
+	failed_at    INTEGER NOT NULL
+)`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(n.ErrorsName+"_queue") + ` ON ` + d.QuoteIdent(n.ErrorsName) + ` (queue_table, failed_at)`),
+	}}}
+}
+
+// CreateQueue implements sqlqueue.Dialect. AUTOINCREMENT keeps ids from
+// being reused after the newest row is deleted.
+func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{
+		st(`CREATE TABLE IF NOT EXISTS ` + q.Table + ` (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	uuid        TEXT    NOT NULL,
+	headers     TEXT    NOT NULL,
+	body        BLOB    NOT NULL,
+	state       INTEGER NOT NULL DEFAULT 0,
+	owner       INTEGER,
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	created_at  INTEGER NOT NULL,
+	due_at      INTEGER NOT NULL,
+	lease_until INTEGER,
+	expires_at  INTEGER
+)`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + d.QuoteIdent(q.Name) + ` (due_at, id) WHERE state = 0`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + d.QuoteIdent(q.Name) + ` (lease_until) WHERE state <> 0`),
+	}
+}
+
+// Subscribe implements sqlqueue.Dialect.
+func (Dialect) Subscribe(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`INSERT OR IGNORE INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES (?, ?, ?)`,
+		q.Topic, q.Group, q.Name)
+}
+
+// Subscriptions implements sqlqueue.Dialect.
+func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
+	return st(`SELECT queue_table FROM `+n.Subscriptions+` WHERE topic = ? ORDER BY consumer_group`, topic)
+}
+
+// insertChunk keeps an INSERT under SQLite's bound-parameter limit.
+const insertChunk = 500
+
+// Insert implements sqlqueue.Dialect: one multi-row INSERT per 500 rows.
+func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	now := d.now()
+	var out []sqlqueue.Stmt
+	for start := 0; start < len(rows); start += insertChunk {
+		chunk := rows[start:min(start+insertChunk, len(rows))]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at) VALUES `)
+		args := make([]any, 0, 6*len(chunk))
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?)")
+			var expires any
+			if r.TTL > 0 {
+				expires = now + sqlqueue.Millis(r.TTL)
+			}
+			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires)
+		}
+		out = append(out, st(b.String(), args...))
+	}
+	return out
+}
+
+// Claim implements sqlqueue.Dialect.
+func (d Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
+	now := d.now()
+	return st(`UPDATE `+q.Table+`
+SET state = 1, owner = ?, lease_until = ?
+WHERE id IN (
+	SELECT id FROM `+q.Table+`
+	WHERE state = 0 AND due_at <= ? AND (expires_at IS NULL OR expires_at > ?)
+	ORDER BY due_at, id
+	LIMIT ?
+)
+RETURNING id, uuid, headers, body, attempts`,
+		owner, now+sqlqueue.Millis(fetchTimeout), now, now, n)
+}
+
+// refs returns "(?, ?), (?, ?)" and the ids and owners as arguments.
+func refs(rs []sqlqueue.Ref) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 2*len(rs))
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?)")
+		args = append(args, r.ID, r.Owner)
+	}
+	return b.String(), args
+}
+
+// fenced builds "WITH r(id, owner) AS (VALUES …) <stmt> WHERE state = s AND
+// (id, owner) IN (SELECT id, owner FROM r) RETURNING …"; args go after the
+// refs.
+func fenced(rs []sqlqueue.Ref, head, state, returning string, args ...any) sqlqueue.Stmt {
+	values, refArgs := refs(rs)
+	return st(`WITH r(id, owner) AS (VALUES `+values+`)
+`+head+`
+WHERE state = `+state+` AND (id, owner) IN (SELECT id, owner FROM r)
+RETURNING `+returning, append(refArgs, args...)...)
+}
+
+// Begin implements sqlqueue.Dialect.
+func (d Dialect) Begin(q sqlqueue.Queue, rs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
+	return fenced(rs, `UPDATE `+q.Table+` SET state = 2, attempts = attempts + 1, lease_until = ?`, "1", "id, attempts",
+		d.now()+sqlqueue.Millis(lease))
+}
+
+// Complete implements sqlqueue.Dialect.
+func (Dialect) Complete(q sqlqueue.Queue, rs []sqlqueue.Ref) sqlqueue.Stmt {
+	return fenced(rs, `DELETE FROM `+q.Table, "2", "id")
+}
+
+// Renew implements sqlqueue.Dialect.
+func (d Dialect) Renew(q sqlqueue.Queue, rs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
+	return fenced(rs, `UPDATE `+q.Table+` SET lease_until = ?`, "2", "id", d.now()+sqlqueue.Millis(lease))
+}
+
+// Retry implements sqlqueue.Dialect.
+func (d Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
+	now := d.now()
+	var b strings.Builder
+	args := make([]any, 0, 3*len(rows))
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, r.ID, r.Owner, now+sqlqueue.Millis(r.Delay))
+	}
+	return st(`WITH r(id, owner, due_at) AS (VALUES `+b.String()+`)
+UPDATE `+q.Table+` SET state = 0, owner = NULL, lease_until = NULL,
+	due_at = (SELECT r.due_at FROM r WHERE r.id = `+q.Table+`.id)
+WHERE state = 2 AND (id, owner) IN (SELECT id, owner FROM r)
+RETURNING id`, args...)
+}
+
+// Release implements sqlqueue.Dialect.
+func (Dialect) Release(q sqlqueue.Queue, rs []sqlqueue.Ref) sqlqueue.Stmt {
+	return fenced(rs, `UPDATE `+q.Table+` SET state = 0, owner = NULL, lease_until = NULL`, "1", "id")
+}
+
+// DeadLetter implements sqlqueue.Dialect: copy, then delete, in one
+// transaction (SQLite has no data-modifying CTEs).
+func (d Dialect) DeadLetter(n sqlqueue.Names, q sqlqueue.Queue, ref sqlqueue.Ref, reason string) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{
+		st(`INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
+SELECT ?, uuid, headers, body, attempts, ?, id, created_at, ? FROM `+q.Table+`
+WHERE id = ? AND owner = ? AND state IN (1, 2)`, q.Name, reason, d.now(), ref.ID, ref.Owner),
+		st(`DELETE FROM `+q.Table+` WHERE id = ? AND owner = ? AND state IN (1, 2) RETURNING id`, ref.ID, ref.Owner),
+	}
+}
+
+// Recover implements sqlqueue.Dialect.
+func (d Dialect) Recover(q sqlqueue.Queue, maxAttempts, limit int) sqlqueue.Stmt {
+	return st(`UPDATE `+q.Table+`
+SET state = 0, owner = NULL, lease_until = NULL
+WHERE id IN (
+	SELECT id FROM `+q.Table+`
+	WHERE state <> 0 AND lease_until < ? AND (state = 1 OR ? <= 0 OR attempts < ?)
+	LIMIT ?
+)
+RETURNING id`, d.now(), maxAttempts, maxAttempts, limit)
+}
+
+// DeadLetterExpired implements sqlqueue.Dialect: both statements select the
+// same rows (same now, same order, inside one write transaction).
+func (d Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
+	now := d.now()
+	sel := `SELECT id FROM ` + q.Table + ` WHERE state = 2 AND lease_until < ? AND attempts >= ? ORDER BY id LIMIT ?`
+	return []sqlqueue.Stmt{
+		st(`INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
+SELECT ?, uuid, headers, body, attempts, ?, id, created_at, ? FROM `+q.Table+`
+WHERE id IN (`+sel+`)`, q.Name, reason, now, now, maxAttempts, limit),
+		st(`DELETE FROM `+q.Table+` WHERE id IN (`+sel+`) RETURNING id`, now, maxAttempts, limit),
+	}
+}
+
+// DropExpired implements sqlqueue.Dialect.
+func (d Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
+	return st(`DELETE FROM `+q.Table+`
+WHERE id IN (SELECT id FROM `+q.Table+` WHERE state = 0 AND expires_at <= ? LIMIT ?)
+RETURNING id`, d.now(), limit)
+}
+
+// IsMissingTable implements sqlqueue.MissingTableClassifier.
+func (Dialect) IsMissingTable(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table")
+}

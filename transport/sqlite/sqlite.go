@@ -1,0 +1,210 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// Memory is the path of a process-private in-memory database, shared by
+// every publisher and subscriber of this process that opens it.
+const Memory = ":memory:"
+
+// SubscriberConfig configures a SQLite subscriber: the engine's config plus
+// the database path.
+type SubscriberConfig struct {
+	sqlqueue.SubscriberConfig
+	// Path is the database file (created if missing), or Memory. Used when
+	// DB is nil.
+	Path string
+}
+
+// PublisherConfig configures a SQLite publisher.
+type PublisherConfig struct {
+	sqlqueue.PublisherConfig
+	// Path is the database file (created if missing), or Memory. Used when
+	// DB is nil.
+	Path string
+}
+
+// shared pools: one single-connection pool per database path in this
+// process, reference counted, so publishers and subscribers never contend
+// for SQLite's write lock with each other and Memory is one database.
+var (
+	poolsMu sync.Mutex
+	pools   = map[string]*pool{}
+)
+
+type pool struct {
+	key  string
+	db   *sql.DB
+	refs int
+}
+
+// Close releases one reference; the last one closes the database.
+func (p *pool) Close() error {
+	poolsMu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last {
+		delete(pools, p.key)
+	}
+	poolsMu.Unlock()
+	if last {
+		return p.db.Close()
+	}
+	return nil
+}
+
+// Open returns the process-wide pool of the database at path (one
+// connection, WAL journal, 10s busy timeout, transactions BEGIN
+// IMMEDIATE). Close the returned closer when done; the pool closes with its
+// last user.
+func Open(path string) (*sql.DB, interface{ Close() error }, error) {
+	key := path
+	if path != Memory {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sqlite: %w", err)
+		}
+		key = abs
+	}
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	if p := pools[key]; p != nil {
+		p.refs++
+		return p.db, p, nil
+	}
+	dsn := "file:" + key + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+	if key == Memory {
+		dsn = "file::memory:?_txlock=immediate&_pragma=busy_timeout(10000)"
+	} else {
+		dsn += "&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(context.Background()); err != nil {
+		_ = db.Close()
+		return nil, nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	p := &pool{key: key, db: db, refs: 1}
+	pools[key] = p
+	return db, p, nil
+}
+
+// NewSubscriber returns a subscriber on SQLite. With cfg.DB nil it uses the
+// process-wide pool of cfg.Path.
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
+	c := cfg.SubscriberConfig
+	c.Dialect = Dialect{}
+	if logger != nil {
+		c.Logger = logger
+	}
+	if c.DB == nil && cfg.Path == "" {
+		return nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
+	}
+	if c.DB == nil {
+		db, closer, err := Open(cfg.Path)
+		if err != nil {
+			return nil, err
+		}
+		c.DB, c.Closer = db, closer
+	}
+	s, err := sqlqueue.NewSubscriber(c)
+	if err != nil && c.Closer != nil {
+		_ = c.Closer.Close()
+	}
+	return s, err
+}
+
+// NewPublisher returns a publisher on SQLite. With cfg.DB nil it uses the
+// process-wide pool of cfg.Path.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
+	c := cfg.PublisherConfig
+	c.Dialect = Dialect{}
+	if logger != nil {
+		c.Logger = logger
+	}
+	if c.DB == nil && cfg.Path == "" {
+		return nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
+	}
+	if c.DB == nil {
+		db, closer, err := Open(cfg.Path)
+		if err != nil {
+			return nil, err
+		}
+		c.DB, c.Closer = db, closer
+	}
+	p, err := sqlqueue.NewPublisher(c)
+	if err != nil && c.Closer != nil {
+		_ = c.Closer.Close()
+	}
+	return p, err
+}
+
+func init() { transport.Register("sqlite", driver{}) }
+
+type driver struct{}
+
+// PathFromURL returns the database path of a sqlite:// URL:
+// sqlite:///abs/path.db is absolute, sqlite://relative.db (host + path) is
+// relative to the working directory, sqlite://:memory: is Memory.
+func PathFromURL(u *url.URL) (string, error) {
+	raw := u.Host + u.Path
+	if u.Opaque != "" {
+		raw = u.Opaque
+	}
+	if raw == "" {
+		return "", fmt.Errorf("sqlite URL %q names no database file (sqlite:///abs/path.db, sqlite://relative.db, sqlite://:memory:)", u.Redacted())
+	}
+	if raw == Memory || strings.HasPrefix(raw, Memory) {
+		return Memory, nil
+	}
+	return raw, nil
+}
+
+func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Options) (message.Publisher, error) {
+	path, err := PathFromURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
+	}
+	p := urlparam.New(u.Query())
+	cfg := PublisherConfig{Path: path}
+	cfg.PublisherConfig.ParseURL(p)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
+	}
+	return NewPublisher(cfg, opts.Logger)
+}
+
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Options) (message.Subscriber, error) {
+	path, err := PathFromURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
+	}
+	p := urlparam.New(u.Query())
+	cfg := SubscriberConfig{Path: path}
+	cfg.SubscriberConfig.ParseURL(p)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
+	}
+	return NewSubscriber(cfg, opts.Logger)
+}

@@ -1,0 +1,255 @@
+package sqlqueue
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// Defaults of the config fields left zero.
+const (
+	// DefaultTablePrefix prefixes every table the engine creates.
+	DefaultTablePrefix = "berth_"
+	// DefaultLease is the processing lease; the pipeline renews it every
+	// Lease/3 while user code holds the message.
+	DefaultLease = 30 * time.Second
+	// DefaultFetchTimeout is how long a claimed row may wait in a
+	// subscriber's buffer before the sweeper returns it to pending.
+	DefaultFetchTimeout = time.Minute
+	// DefaultSweepInterval is the mean period of the sweeper (jittered by
+	// ±25%).
+	DefaultSweepInterval = 10 * time.Second
+	// DefaultStatementTimeout bounds each settlement and sweep statement.
+	DefaultStatementTimeout = 30 * time.Second
+	// DefaultMaxMessageSize is the largest accepted headers + body, in
+	// bytes.
+	DefaultMaxMessageSize = 1 << 20
+	// DefaultSettleBatch is the largest group-committed batch of Begin,
+	// Complete or Retry calls.
+	DefaultSettleBatch = 256
+)
+
+// Tables locates the engine's tables. The zero value is the defaults.
+type Tables struct {
+	// Schema qualifies every table name. Defaults to "" (unqualified: the
+	// connection's default schema or search_path).
+	Schema string
+	// Prefix starts every table name. Defaults to DefaultTablePrefix
+	// ("berth_").
+	Prefix string
+	// ManualSchema, when true, never creates or migrates tables: they must
+	// have been created from DDL, and a missing queue table fails with
+	// transport.ErrQueueNotFound. Defaults to false (create what is missing,
+	// under a cluster-wide lock).
+	ManualSchema bool
+}
+
+func (t Tables) withDefaults() Tables {
+	if t.Prefix == "" {
+		t.Prefix = DefaultTablePrefix
+	}
+	return t
+}
+
+// SubscriberConfig configures a Subscriber. The zero value is the defaults,
+// except DB and Dialect, which are required (dialect packages set them).
+type SubscriberConfig struct {
+	// DB is the connection pool. Required.
+	DB *sql.DB
+	// Dialect writes the statements. Required.
+	Dialect Dialect
+	// Tables locates the tables.
+	Tables Tables
+
+	// Pipeline configures the shared receive pipeline (concurrency,
+	// buffer, attempts, retry backoff, waves, back-pressure).
+	Pipeline transport.PipelineConfig
+
+	// ConsumerGroup selects the queue: each (topic, group) pair has its own
+	// queue table, and publishing to a topic inserts one row per subscribed
+	// group. Defaults to "" (the topic's default queue). URL:
+	// consumer_group.
+	ConsumerGroup string
+
+	// Lease is the processing lease set at the lease gate and renewed every
+	// Lease/3 while user code holds the message. Defaults to DefaultLease
+	// (30s). URL: lease.
+	Lease time.Duration
+	// FetchTimeout is how long a claimed row may wait for a concurrency
+	// permit before the sweeper returns it to pending. Defaults to
+	// DefaultFetchTimeout (1m). URL: fetch_timeout.
+	FetchTimeout time.Duration
+	// SweepInterval is the mean period of the sweeper (lease recovery,
+	// dead-lettering of expired last attempts, dropping rows past their
+	// time-to-live), jittered by ±25% and run by one instance per cluster at
+	// a time. Negative disables it. Defaults to DefaultSweepInterval (10s).
+	// URL: sweep_interval.
+	SweepInterval time.Duration
+	// StatementTimeout bounds each settlement and sweep statement. Defaults
+	// to DefaultStatementTimeout (30s).
+	StatementTimeout time.Duration
+	// SettleBatch is the largest group commit of Begin, Complete or Retry
+	// calls. Defaults to DefaultSettleBatch (256).
+	SettleBatch int
+
+	// Logger receives the subscriber's logs. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+	// Closer, when set, is closed after the subscriber (dialect packages
+	// that opened DB set it). Defaults to nil: the caller owns DB.
+	Closer io.Closer
+}
+
+func (c SubscriberConfig) withDefaults() SubscriberConfig {
+	c.Tables = c.Tables.withDefaults()
+	c.Pipeline = c.Pipeline.WithDefaults()
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.FetchTimeout == 0 {
+		c.FetchTimeout = DefaultFetchTimeout
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.SettleBatch == 0 {
+		c.SettleBatch = DefaultSettleBatch
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}
+
+// Validate reports every invalid field at once, wrapped in
+// transport.ErrInvalidConfig.
+func (c SubscriberConfig) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	if c.DB == nil {
+		errs = append(errs, errors.New("DB: required"))
+	}
+	if c.Dialect == nil {
+		errs = append(errs, errors.New("Dialect: required"))
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Pipeline: %w", err))
+	}
+	if d.Lease < time.Second {
+		errs = append(errs, fmt.Errorf("Lease: must be ≥ 1s, got %s", c.Lease))
+	}
+	if d.FetchTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("FetchTimeout: must be ≥ 1s, got %s", c.FetchTimeout))
+	}
+	if d.StatementTimeout < 0 {
+		errs = append(errs, fmt.Errorf("StatementTimeout: must be > 0, got %s", c.StatementTimeout))
+	}
+	if d.SettleBatch < 1 || d.SettleBatch > 1000 {
+		errs = append(errs, fmt.Errorf("SettleBatch: must be from 1 to 1000, got %d", c.SettleBatch))
+	}
+	errs = append(errs, validateTables(c.Tables)...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// PublisherConfig configures a Publisher. The zero value is the defaults,
+// except DB and Dialect, which are required (dialect packages set them).
+type PublisherConfig struct {
+	// DB is the connection pool. Required.
+	DB *sql.DB
+	// Dialect writes the statements. Required.
+	Dialect Dialect
+	// Tables locates the tables.
+	Tables Tables
+
+	// MaxMessageSize is the largest accepted message, metadata (as JSON)
+	// plus payload, in bytes; larger ones fail Publish with
+	// transport.ErrMessageTooLarge. Defaults to DefaultMaxMessageSize
+	// (1 MiB). URL: max_message_size.
+	MaxMessageSize int
+	// Delay delays every message by this much unless its metadata says
+	// otherwise (MetadataDelay, MetadataDeliverAt). Defaults to 0. URL:
+	// delay.
+	Delay time.Duration
+	// TTL drops a message not delivered within this time of publishing
+	// (counted in Stats.Expired). Defaults to 0: never. URL: ttl.
+	TTL time.Duration
+
+	// Logger receives the publisher's logs. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+	// Closer, when set, is closed after the publisher. Defaults to nil.
+	Closer io.Closer
+}
+
+func (c PublisherConfig) withDefaults() PublisherConfig {
+	c.Tables = c.Tables.withDefaults()
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}
+
+// Validate reports every invalid field at once, wrapped in
+// transport.ErrInvalidConfig.
+func (c PublisherConfig) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	if c.DB == nil {
+		errs = append(errs, errors.New("DB: required"))
+	}
+	if c.Dialect == nil {
+		errs = append(errs, errors.New("Dialect: required"))
+	}
+	if d.MaxMessageSize < 1 {
+		errs = append(errs, fmt.Errorf("MaxMessageSize: must be ≥ 1, got %d", c.MaxMessageSize))
+	}
+	if d.Delay < 0 {
+		errs = append(errs, fmt.Errorf("Delay: must be ≥ 0, got %s", c.Delay))
+	}
+	if d.TTL < 0 {
+		errs = append(errs, fmt.Errorf("TTL: must be ≥ 0, got %s", c.TTL))
+	}
+	errs = append(errs, validateTables(c.Tables)...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+func validateTables(t Tables) []error {
+	var errs []error
+	d := t.withDefaults()
+	if !identOK(d.Prefix) || len(d.Prefix) > 20 {
+		errs = append(errs, fmt.Errorf("Tables.Prefix: must be 1 to 20 of [a-z0-9_] starting with a letter, got %q", t.Prefix))
+	}
+	if t.Schema != "" && (!identOK(t.Schema) || len(t.Schema) > 63) {
+		errs = append(errs, fmt.Errorf("Tables.Schema: must be up to 63 of [a-z0-9_] starting with a letter, got %q", t.Schema))
+	}
+	return errs
+}
+
+func identOK(s string) bool {
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,59 @@
+// Package sqlqueue is the dialect-neutral engine of Berth's SQL queue
+// transports (PostgreSQL, SQLite, SQL Server): schema creation, the
+// transport.Source with its lease gate, the sweeper, the publisher, and the
+// subscriber built on the shared pipeline. Dialect packages supply a
+// Dialect (all of a database's SQL in one place) and the pool.
+//
+// # Tables
+//
+// One table per queue, a queue being a (topic, consumer group) pair (see
+// QueueTableName), plus three shared tables: subscriptions, errors
+// (dead letters) and the schema version. Shared tables are versioned
+// (Dialect.Migrations) and created idempotently under a cluster-wide lock,
+// so many instances may start at once; DDL prints the whole script for DBAs
+// who apply schema by hand (then set Tables.ManualSchema).
+//
+// # Row life cycle
+//
+// pending → fetched (Claim: one set-based statement, a fresh owner token per
+// claim, rows locked by concurrent claims skipped) → processing (Begin, the
+// lease gate: attempts+1 and a lease, only if still owned and fetched;
+// otherwise transport.ErrLeaseLost and user code never runs) → deleted
+// (Complete). Retry returns a row to pending with a due time; Release
+// returns prefetched rows to pending without counting an attempt;
+// DeadLetter moves a row to the error table with the reason. Every
+// follow-up statement is fenced by owner token and expected state.
+// Concurrent Begin, Complete and Retry calls are group-committed
+// (internal/coalesce): one statement per batch, no added latency when
+// idle.
+//
+// # Recovery
+//
+// Each source runs a sweeper on a jittered interval; a zero-wait cluster
+// lock makes one instance per queue do the work: rows whose fetch timeout
+// or processing lease expired go back to pending (attempts unchanged), or to
+// the error table when the expired attempt was the last; rows past their
+// time-to-live are dropped and counted. Delayed rows need no separate job:
+// due_at is part of the claim predicate and of the pending index.
+//
+// # Publishing
+//
+// One multi-row INSERT per Publish call and queue; publishing a topic
+// inserts one row per subscribed consumer group in the same transaction; a
+// topic with no subscription yet keeps its messages in its default queue.
+// Publisher.WithTx binds a publisher to the caller's transaction (outbox).
+// Metadata MetadataDelay / MetadataDeliverAt or PublisherConfig.Delay delay
+// a message; PublisherConfig.TTL expires it.
+//
+// # Wake-up
+//
+// Local publishers wake local subscribers of the same table in-process.
+// Dialects implementing Notifier (PostgreSQL LISTEN/NOTIFY) also wake
+// subscribers in other processes, over one dedicated connection per pool.
+// Otherwise the receive loop polls after its empty delay.
+//
+// # Round trips
+//
+// Stats counts statements by kind (claims, begins, completes, …) so
+// benchmarks and metrics can report round trips per message.
+package sqlqueue

@@ -1,0 +1,231 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// Metadata keys the publisher reads (and does not store).
+const (
+	// MetadataDelay delays one message: a Go duration ("1500ms", "2m").
+	MetadataDelay = "berth_delay"
+	// MetadataDeliverAt delays one message until an RFC 3339 time.
+	MetadataDeliverAt = "berth_deliver_at"
+)
+
+// Publisher is a Watermill message.Publisher over SQL queue tables. Each
+// Publish call inserts all its messages, into the queue of every consumer
+// group subscribed to the topic, with one multi-row INSERT per queue, in
+// one transaction when there are several. A topic nobody subscribed to yet
+// keeps its messages in its default (no-group) queue.
+type Publisher struct {
+	e      *engine
+	cfg    PublisherConfig
+	logger watermill.LoggerAdapter
+
+	mu     sync.RWMutex
+	closed bool
+	once   sync.Once
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher validates cfg and returns a publisher. It does not touch the
+// database until the first Publish.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger}, nil
+}
+
+// Stats returns the publisher's round-trip and row counts.
+func (p *Publisher) Stats() Stats { return p.e.ctrs.Snapshot() }
+
+// Publish implements message.Publisher.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return transport.ErrClosed
+	}
+	ctx := context.Background()
+	if len(msgs) > 0 && msgs[0].Context() != nil {
+		ctx = context.WithoutCancel(msgs[0].Context())
+	}
+	rows, err := p.rows(msgs)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	if err := p.e.ensureShared(ctx); err != nil {
+		return err
+	}
+	queues, err := p.targets(ctx, p.e.db, topic)
+	if err != nil {
+		return err
+	}
+	var stmts []Stmt
+	for _, q := range queues {
+		stmts = append(stmts, p.e.d.Insert(q, rows)...)
+	}
+	if len(stmts) == 1 {
+		err = query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
+	} else {
+		err = inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+			_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
+			return err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
+	}
+	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
+	if _, remote := p.e.d.(Notifier); !remote {
+		for _, q := range queues {
+			localWake.notify(q.Name)
+		}
+	}
+	return nil
+}
+
+// targets returns the queues subscribed to topic, or its default queue
+// (created if needed) when there are none.
+func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Queue, error) {
+	var names []string
+	err := query(ctx, q, &p.e.ctrs.other, p.e.d.Subscriptions(p.e.names, topic), func(r *sql.Rows) error {
+		var n string
+		if err := r.Scan(&n); err != nil {
+			return err
+		}
+		names = append(names, n)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlqueue: read subscriptions of %q: %w", topic, err)
+	}
+	if len(names) == 0 {
+		dq := p.e.queue(topic, "")
+		if err := p.e.ensureQueue(ctx, dq, false); err != nil {
+			return nil, err
+		}
+		return []Queue{dq}, nil
+	}
+	qs := make([]Queue, len(names))
+	for i, n := range names {
+		qs[i] = Queue{Topic: topic, Name: n, Table: qualify(p.e.d, p.e.tables.Schema, n), Errors: p.e.names.Errors}
+	}
+	return qs, nil
+}
+
+// rows encodes msgs, checking size and reading delays.
+func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
+	rows := make([]InsertRow, 0, len(msgs))
+	for _, m := range msgs {
+		md := make(map[string]string, len(m.Metadata))
+		delay := p.cfg.Delay
+		for k, v := range m.Metadata {
+			switch k {
+			case MetadataDelay:
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return nil, fmt.Errorf("sqlqueue: message %s: metadata %s=%q is not a non-negative duration", m.UUID, k, v)
+				}
+				delay = d
+			case MetadataDeliverAt:
+				at, err := time.Parse(time.RFC3339Nano, v)
+				if err != nil {
+					return nil, fmt.Errorf("sqlqueue: message %s: metadata %s=%q is not an RFC 3339 time", m.UUID, k, v)
+				}
+				delay = max(time.Until(at), 0)
+			default:
+				md[k] = v
+			}
+		}
+		headers, err := json.Marshal(md)
+		if err != nil {
+			return nil, fmt.Errorf("sqlqueue: message %s: encode metadata: %w", m.UUID, err)
+		}
+		if size := len(headers) + len(m.Payload); size > p.cfg.MaxMessageSize {
+			return nil, fmt.Errorf("%w: message %s is %d bytes (metadata + payload), the limit is %d (MaxMessageSize)",
+				transport.ErrMessageTooLarge, m.UUID, size, p.cfg.MaxMessageSize)
+		}
+		body := m.Payload
+		if body == nil {
+			body = []byte{}
+		}
+		rows = append(rows, InsertRow{UUID: m.UUID, Headers: headers, Body: body, Delay: delay, TTL: p.cfg.TTL})
+	}
+	return rows, nil
+}
+
+// WithTx returns a publisher that inserts inside tx, the caller's
+// transaction (the outbox pattern): the messages become visible when, and
+// only if, tx commits. Tables are created, when missing, on the
+// publisher's own pool before the first insert. PostgreSQL subscribers are
+// woken at commit by NOTIFY; other databases' subscribers find the rows on
+// their next poll.
+func (p *Publisher) WithTx(tx *sql.Tx) message.Publisher { return &txPublisher{p: p, tx: tx} }
+
+type txPublisher struct {
+	p  *Publisher
+	tx *sql.Tx
+}
+
+func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p := t.p
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return transport.ErrClosed
+	}
+	ctx := context.Background()
+	rows, err := p.rows(msgs)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	if err := p.e.ensureQueue(ctx, p.e.queue(topic, ""), false); err != nil {
+		return err
+	}
+	queues, err := p.targets(ctx, t.tx, topic)
+	if err != nil {
+		return err
+	}
+	var stmts []Stmt
+	for _, q := range queues {
+		stmts = append(stmts, p.e.d.Insert(q, rows)...)
+	}
+	if _, err := runAll(ctx, t.tx, &p.e.ctrs.inserts, stmts); err != nil {
+		return fmt.Errorf("sqlqueue: publish to %q in transaction: %w", topic, err)
+	}
+	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
+	return nil
+}
+
+// Close makes the transaction-bound publisher unusable; it does not touch
+// the transaction.
+func (t *txPublisher) Close() error { return nil }
+
+// Close implements message.Publisher: it waits for Publish calls in
+// progress, then closes Closer (if set). Idempotent.
+func (p *Publisher) Close() error {
+	var err error
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		if p.cfg.Closer != nil {
+			err = p.cfg.Closer.Close()
+		}
+	})
+	return err
+}

@@ -1,0 +1,208 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// ErrSchemaVersion is returned when the database's schema version is not
+// the one this engine expects: newer (upgrade Berth), or older with
+// Tables.ManualSchema set (apply the DDL).
+var ErrSchemaVersion = errors.New("sqlqueue: unexpected schema version")
+
+// MissingTableClassifier is implemented by dialects that can tell a
+// "table does not exist" error apart; the engine then reports
+// transport.ErrQueueNotFound.
+type MissingTableClassifier interface {
+	IsMissingTable(err error) bool
+}
+
+// engine is the state shared by one Publisher's or Subscriber's work: the
+// pool, the dialect, names, counters, and the schema already ensured.
+type engine struct {
+	db     *sql.DB
+	d      Dialect
+	tables Tables
+	names  Names
+	ctrs   *Counters
+
+	mu       sync.Mutex
+	sharedOK bool
+	queues   map[string]bool // queue tables ensured (and subscribed, key "s:"+name)
+}
+
+func newEngine(db *sql.DB, d Dialect, t Tables) *engine {
+	t = t.withDefaults()
+	return &engine{db: db, d: d, tables: t, names: NamesFor(d, t), ctrs: &Counters{}, queues: map[string]bool{}}
+}
+
+func (e *engine) queue(topic, group string) Queue { return QueueFor(e.d, e.tables, topic, group) }
+
+func (e *engine) lockKey(what string) string {
+	return e.tables.Schema + "." + e.tables.Prefix + what
+}
+
+func (e *engine) latest() int {
+	ms := e.d.Migrations(e.names)
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
+}
+
+// ensureShared checks the session and brings the shared tables to the
+// latest version, once per engine.
+func (e *engine) ensureShared(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sharedOK {
+		return nil
+	}
+	if c, ok := e.d.(SessionChecker); ok {
+		if err := c.Check(ctx, e.db); err != nil {
+			return fmt.Errorf("sqlqueue: %s session check: %w", e.d.Name(), err)
+		}
+	}
+	want := e.latest()
+	// Fast path: no lock when the version is already right.
+	var have int
+	err := query(ctx, e.db, &e.ctrs.other, e.d.SchemaVersion(e.names), func(r *sql.Rows) error { return r.Scan(&have) })
+	switch {
+	case err == nil && have == want:
+		e.sharedOK = true
+		return nil
+	case err == nil && have > want:
+		return fmt.Errorf("%w: the database has version %d, this build knows up to %d", ErrSchemaVersion, have, want)
+	case e.tables.ManualSchema:
+		if err != nil {
+			return fmt.Errorf("%w: reading it failed (%v); apply the DDL (sqlqueue.DDL) first", ErrSchemaVersion, err)
+		}
+		return fmt.Errorf("%w: the database has version %d, want %d; apply the DDL (sqlqueue.DDL) first", ErrSchemaVersion, have, want)
+	}
+	err = inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
+		if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
+			return fmt.Errorf("schema lock: %w", err)
+		}
+		for _, st := range e.d.VersionTable(e.names) {
+			if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
+				return err
+			}
+		}
+		have = 0
+		if err := query(ctx, tx, &e.ctrs.other, e.d.SchemaVersion(e.names), func(r *sql.Rows) error { return r.Scan(&have) }); err != nil {
+			return err
+		}
+		if have > want {
+			return fmt.Errorf("%w: the database has version %d, this build knows up to %d", ErrSchemaVersion, have, want)
+		}
+		for _, m := range e.d.Migrations(e.names) {
+			if m.Version <= have {
+				continue
+			}
+			for _, st := range m.Stmts {
+				if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
+					return fmt.Errorf("migration %d: %w", m.Version, err)
+				}
+			}
+		}
+		if have < want {
+			return query(ctx, tx, &e.ctrs.other, e.d.SetSchemaVersion(e.names, want), nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlqueue: create schema: %w", err)
+	}
+	e.sharedOK = true
+	return nil
+}
+
+// ensureQueue creates q's table (unless ManualSchema) and, with subscribe,
+// records the subscription, once per engine.
+func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error {
+	if err := e.ensureShared(ctx); err != nil {
+		return err
+	}
+	key := q.Name
+	if subscribe {
+		key = "s:" + q.Name
+	}
+	e.mu.Lock()
+	done := e.queues[key]
+	e.mu.Unlock()
+	if done {
+		return nil
+	}
+	err := inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
+		if !e.tables.ManualSchema {
+			if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
+				return fmt.Errorf("schema lock: %w", err)
+			}
+			for _, st := range e.d.CreateQueue(q) {
+				if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
+					return err
+				}
+			}
+		}
+		if subscribe {
+			return query(ctx, tx, &e.ctrs.other, e.d.Subscribe(e.names, q), nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return e.wrapQueueErr(q, fmt.Errorf("sqlqueue: create queue %s: %w", q.Name, err))
+	}
+	e.mu.Lock()
+	e.queues[key] = true
+	if subscribe {
+		e.queues[q.Name] = true
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+func (e *engine) wrapQueueErr(q Queue, err error) error {
+	if c, ok := e.d.(MissingTableClassifier); ok && c.IsMissingTable(err) {
+		return fmt.Errorf("%w: %s (topic %q, group %q): %w", transport.ErrQueueNotFound, q.Name, q.Topic, q.Group, err)
+	}
+	return err
+}
+
+// DDL returns the statements that create the shared tables at the latest
+// version and the queue table of each (topic, group) pair in queues, as one
+// script for DBAs who apply schema by hand (then set Tables.ManualSchema).
+// Subscriptions are rows, not schema: subscribers record theirs at run
+// time.
+func DDL(d Dialect, t Tables, queues ...[2]string) string {
+	t = t.withDefaults()
+	n := NamesFor(d, t)
+	var b strings.Builder
+	write := func(sts []Stmt) {
+		for _, st := range sts {
+			b.WriteString(strings.TrimSpace(st.SQL))
+			b.WriteString(";\n\n")
+		}
+	}
+	fmt.Fprintf(&b, "-- Berth SQL queue schema (%s dialect)\n\n", d.Name())
+	write(d.VersionTable(n))
+	ms := d.Migrations(n)
+	for _, m := range ms {
+		fmt.Fprintf(&b, "-- version %d\n", m.Version)
+		write(m.Stmts)
+	}
+	if len(ms) > 0 {
+		write([]Stmt{d.SetSchemaVersion(n, ms[len(ms)-1].Version)})
+	}
+	for _, tg := range queues {
+		q := QueueFor(d, t, tg[0], tg[1])
+		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", tg[0], tg[1])
+		write(d.CreateQueue(q))
+	}
+	return b.String()
+}

@@ -1,0 +1,363 @@
+package sqlqueue
+
+import (
+	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/coalesce"
+	"github.com/berth-go/berth/transport"
+)
+
+// Source is the transport.Source of one queue table. It also implements
+// transport.Renewer and transport.Waker. Subscriber opens one per Subscribe
+// call; NewSource opens one directly (for tools and tests).
+type Source struct {
+	e      *engine
+	cfg    SubscriberConfig
+	q      Queue
+	logger watermill.LoggerAdapter
+
+	wake   chan struct{}
+	unhook func()
+
+	begin    *coalesce.Coalescer[*transport.Delivery]
+	complete *coalesce.Coalescer[*transport.Delivery]
+	retry    *coalesce.Coalescer[retryItem]
+
+	stopSweep chan struct{}
+	swept     sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ transport.Source  = (*Source)(nil)
+	_ transport.Renewer = (*Source)(nil)
+	_ transport.Waker   = (*Source)(nil)
+)
+
+// handle is a delivery's settlement token.
+type handle struct{ ref Ref }
+
+// rawRow is a claimed row's buffers, referenced only by Delivery.Raw until
+// mapped.
+type rawRow struct {
+	uuid    string
+	headers []byte
+	body    []byte
+}
+
+type retryItem struct {
+	d     *transport.Delivery
+	delay time.Duration
+}
+
+func newSource(e *engine, cfg SubscriberConfig, q Queue) *Source {
+	s := &Source{
+		e:         e,
+		cfg:       cfg,
+		q:         q,
+		logger:    cfg.Logger.With(watermill.LogFields{"queue": q.Name}),
+		wake:      make(chan struct{}, 1),
+		stopSweep: make(chan struct{}),
+	}
+	s.begin = coalesce.New(s.flushBegin, cfg.SettleBatch)
+	s.complete = coalesce.New(s.flushComplete, cfg.SettleBatch)
+	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
+	s.unhook = localWake.add(q.Name, s.wake)
+	if cfg.SweepInterval > 0 {
+		s.swept.Add(1)
+		go s.sweepLoop()
+	}
+	return s
+}
+
+// Queue returns the queue this source consumes.
+func (s *Source) Queue() Queue { return s.q }
+
+func (s *Source) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StatementTimeout)
+}
+
+// newOwner returns a fresh random claim token.
+func newOwner() int64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return int64(binary.LittleEndian.Uint64(b[:]) &^ (1 << 63))
+}
+
+// Claim implements transport.Source: one set-based statement claims up to
+// max due rows for a fresh owner token. The statement is not interrupted by
+// ctx (a claim whose result were lost would strand its rows until the fetch
+// timeout); it is bounded by StatementTimeout.
+func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	select { // anything notified before this claim is covered by it
+	case <-s.wake:
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	owner := newOwner()
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	var ds []*transport.Delivery
+	err := query(sctx, s.e.db, &s.e.ctrs.claims, s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout), func(r *sql.Rows) error {
+		var (
+			id       int64
+			uuid     string
+			headers  []byte
+			body     []byte
+			attempts int
+		)
+		if err := r.Scan(&id, &uuid, &headers, &body, &attempts); err != nil {
+			return err
+		}
+		ds = append(ds, &transport.Delivery{
+			ID:      strconv.FormatInt(id, 10),
+			Attempt: attempts,
+			Handle:  handle{Ref{ID: id, Owner: owner}},
+			Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
+		})
+		return nil
+	})
+	if err != nil {
+		// Rows claimed before the failure are left to the sweeper.
+		return nil, s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
+	}
+	if len(ds) == 0 {
+		s.e.ctrs.emptyClaims.Add(1)
+	}
+	s.e.ctrs.claimedRows.Add(int64(len(ds)))
+	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
+		return compareID(a, b)
+	})
+	return ds, nil
+}
+
+func compareID(a, b *transport.Delivery) int {
+	x, y := refOf(a).ID, refOf(b).ID
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+func refOf(d *transport.Delivery) Ref {
+	h, _ := d.Handle.(handle)
+	return h.ref
+}
+
+// Map implements transport.Source: the headers column is a JSON object of
+// metadata; a row whose headers cannot be decoded is an error (the
+// pipeline dead-letters it).
+func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
+	raw, ok := d.Raw.(*rawRow)
+	if !ok {
+		return nil, fmt.Errorf("sqlqueue: delivery %s has no raw row", d.ID)
+	}
+	md := message.Metadata{}
+	if len(raw.headers) > 0 {
+		if err := json.Unmarshal(raw.headers, &md); err != nil {
+			return nil, fmt.Errorf("sqlqueue: decode headers of row %s: %w", d.ID, err)
+		}
+	}
+	msg := message.NewMessage(raw.uuid, raw.body)
+	msg.Metadata = md
+	return msg, nil
+}
+
+// Begin implements transport.Source: the lease gate, group-committed with
+// concurrent Begin calls into one fenced statement.
+func (s *Source) Begin(ctx context.Context, d *transport.Delivery) error {
+	return s.begin.Do(ctx, d)
+}
+
+func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []error {
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	refs := refsOf(ds)
+	got := map[int64]int{}
+	err := query(sctx, s.e.db, &s.e.ctrs.begins, s.e.d.Begin(s.q, refs, s.cfg.Lease), func(r *sql.Rows) error {
+		var id int64
+		var attempts int
+		if err := r.Scan(&id, &attempts); err != nil {
+			return err
+		}
+		got[id] = attempts
+		return nil
+	})
+	if err != nil {
+		return []error{fmt.Errorf("sqlqueue: begin: %w", err)}
+	}
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		if a, ok := got[refs[i].ID]; ok {
+			d.Attempt = a
+		} else {
+			errs[i] = s.lost(d)
+		}
+	}
+	return errs
+}
+
+func (s *Source) lost(d *transport.Delivery) error {
+	s.e.ctrs.leaseLost.Add(1)
+	return fmt.Errorf("sqlqueue: row %s of %s: %w", d.ID, s.q.Name, transport.ErrLeaseLost)
+}
+
+func refsOf(ds []*transport.Delivery) []Ref {
+	refs := make([]Ref, len(ds))
+	for i, d := range ds {
+		refs[i] = refOf(d)
+	}
+	return refs
+}
+
+// fenced runs a statement returning touched ids and maps each delivery to
+// nil or ErrLeaseLost.
+func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, rt *countRef) []error {
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	ids, err := queryIDs(sctx, s.e.db, rt.n, st)
+	if err != nil {
+		return []error{fmt.Errorf("sqlqueue: %s: %w", rt.kind, err)}
+	}
+	touched := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		touched[id] = true
+	}
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		if !touched[refOf(d).ID] {
+			errs[i] = s.lost(d)
+		}
+	}
+	return errs
+}
+
+// Complete implements transport.Source: the ack deletes the row,
+// group-committed into one fenced DELETE.
+func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
+	return s.complete.Do(ctx, d)
+}
+
+func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []error {
+	return s.fenced(ctx, ds, s.e.d.Complete(s.q, refsOf(ds)), &countRef{"complete", &s.e.ctrs.completes})
+}
+
+// Retry implements transport.Source: the row returns to pending, due after
+// delay, group-committed.
+func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+	return s.retry.Do(ctx, retryItem{d: d, delay: delay})
+}
+
+func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
+	ds := make([]*transport.Delivery, len(items))
+	rows := make([]RetryRef, len(items))
+	for i, it := range items {
+		ds[i] = it.d
+		rows[i] = RetryRef{Ref: refOf(it.d), Delay: it.delay}
+	}
+	return s.fenced(ctx, ds, s.e.d.Retry(s.q, rows), &countRef{"retry", &s.e.ctrs.retries})
+}
+
+// Release implements transport.Source: every given prefetched row returns
+// to pending in one fenced statement, attempts unchanged.
+func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
+	var errs []error
+	for chunk := range slices.Chunk(ds, s.cfg.SettleBatch) {
+		for _, err := range s.fenced(ctx, chunk, s.e.d.Release(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}) {
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RenewInterval implements transport.Renewer: a third of the lease.
+func (s *Source) RenewInterval() time.Duration { return s.cfg.Lease / 3 }
+
+// Renew implements transport.Renewer: one fenced statement per batch.
+func (s *Source) Renew(ctx context.Context, ds []*transport.Delivery) error {
+	var errs []error
+	for chunk := range slices.Chunk(ds, s.cfg.SettleBatch) {
+		for _, err := range s.fenced(ctx, chunk, s.e.d.Renew(s.q, refsOf(chunk), s.cfg.Lease), &countRef{"renew", &s.e.ctrs.renews}) {
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeadLetter implements transport.Source: the row moves to the error table
+// with reason, attempts, original headers and body, in one transaction,
+// fenced.
+func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *message.Message, reason string) error {
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	stmts := s.e.d.DeadLetter(s.e.names, s.q, refOf(d), reason)
+	var ids []int64
+	var err error
+	if len(stmts) == 1 {
+		ids, err = runAll(sctx, s.e.db, &s.e.ctrs.deadLetters, stmts)
+	} else {
+		err = inTx(sctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
+			var err error
+			ids, err = runAll(sctx, tx, &s.e.ctrs.deadLetters, stmts)
+			return err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("sqlqueue: dead-letter row %s of %s: %w", d.ID, s.q.Name, err)
+	}
+	if len(ids) == 0 {
+		return s.lost(d)
+	}
+	s.e.ctrs.deadLettered.Add(1)
+	return nil
+}
+
+// Wake implements transport.Waker.
+func (s *Source) Wake() <-chan struct{} { return s.wake }
+
+// Close implements transport.Source: it stops the sweeper and waits for
+// queued settlements to flush. Rows still leased are left to the sweeper.
+// Idempotent.
+func (s *Source) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.stopSweep)
+		s.unhook()
+		err = errors.Join(s.begin.Close(ctx), s.complete.Close(ctx), s.retry.Close(ctx))
+		s.swept.Wait()
+	})
+	return err
+}
+
+type countRef struct {
+	kind string
+	n    *atomic.Int64
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d*3/4 + rand.N(d/2+1)
+}

@@ -1,0 +1,56 @@
+package sqlqueue
+
+import "sync/atomic"
+
+// Counters counts database round trips by kind, and rows by outcome. A
+// Subscriber or Publisher owns one; all its sources add to it. Read it with
+// Snapshot.
+type Counters struct {
+	claims, emptyClaims, claimedRows             atomic.Int64
+	begins, completes, renews, retries, releases atomic.Int64
+	deadLetters, inserts, sweeps, txs, other     atomic.Int64
+	leaseLost, recovered, deadLettered, expired  atomic.Int64
+	published                                    atomic.Int64
+}
+
+// Stats is a snapshot of Counters. Round-trip fields count statements sent
+// to the database (a transaction's BEGIN and COMMIT count under Tx).
+type Stats struct {
+	Claims      int64 // claim statements
+	EmptyClaims int64 // claim statements that returned no row
+	ClaimedRows int64 // rows claimed
+	Begins      int64 // lease-gate statements (group-committed)
+	Completes   int64 // ack statements (group-committed)
+	Renews      int64 // lease renewal statements
+	Retries     int64 // nack statements
+	Releases    int64 // release statements
+	DeadLetters int64 // dead-letter statements
+	Inserts     int64 // publish statements
+	Sweeps      int64 // sweeper statements (including its lock)
+	Tx          int64 // BEGIN and COMMIT/ROLLBACK round trips
+	Other       int64 // schema and subscription statements
+
+	LeaseLost    int64 // settlements refused because the fence did not match
+	Recovered    int64 // rows the sweeper returned to pending
+	DeadLettered int64 // rows moved to the error table (by settlement or sweep)
+	Expired      int64 // rows dropped past their time-to-live
+	Published    int64 // rows inserted
+}
+
+// RoundTrips is the total of every round-trip field.
+func (s Stats) RoundTrips() int64 {
+	return s.Claims + s.Begins + s.Completes + s.Renews + s.Retries + s.Releases +
+		s.DeadLetters + s.Inserts + s.Sweeps + s.Tx + s.Other
+}
+
+// Snapshot returns the current counts.
+func (c *Counters) Snapshot() Stats {
+	return Stats{
+		Claims: c.claims.Load(), EmptyClaims: c.emptyClaims.Load(), ClaimedRows: c.claimedRows.Load(),
+		Begins: c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
+		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
+		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
+		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),
+		Expired: c.expired.Load(), Published: c.published.Load(),
+	}
+}

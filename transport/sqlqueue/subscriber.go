@@ -1,0 +1,118 @@
+package sqlqueue
+
+import (
+	"context"
+	"sync"
+
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+// Subscriber is a Watermill message.Subscriber (and
+// message.SubscribeInitializer) over SQL queue tables, built on the shared
+// pipeline: each Subscribe opens a Source on the queue of (topic,
+// ConsumerGroup) and runs a transport.Listener over it.
+type Subscriber struct {
+	*transport.Subscriber
+	e   *engine
+	cfg SubscriberConfig
+
+	mu        sync.Mutex
+	notifier  *listener
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewSubscriber validates cfg and returns a subscriber. It does not touch
+// the database until the first Subscribe or SubscribeInitialize.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Subscriber{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg}
+	ts, err := transport.NewSubscriber(s.open, transport.SubscriberConfig{
+		Pipeline:    cfg.Pipeline,
+		NewReceiver: receiver.New,
+		Logger:      cfg.Logger,
+		Initialize:  s.initialize,
+		Name: func(topic string) string {
+			if cfg.ConsumerGroup == "" {
+				return topic
+			}
+			return topic + "/" + cfg.ConsumerGroup
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Subscriber = ts
+	return s, nil
+}
+
+// Stats returns the subscriber's round-trip and row counts, summed over
+// its sources.
+func (s *Subscriber) Stats() Stats { return s.e.ctrs.Snapshot() }
+
+// Queue returns the queue a Subscribe to topic consumes.
+func (s *Subscriber) Queue(topic string) Queue { return s.e.queue(topic, s.cfg.ConsumerGroup) }
+
+func (s *Subscriber) initialize(topic string) error {
+	return s.e.ensureQueue(context.Background(), s.Queue(topic), true)
+}
+
+func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, error) {
+	q := s.Queue(topic)
+	if err := s.e.ensureQueue(ctx, q, true); err != nil {
+		return nil, err
+	}
+	if n, ok := s.cfg.Dialect.(Notifier); ok {
+		s.mu.Lock()
+		if s.notifier == nil {
+			s.notifier = acquireListener(s.cfg.DB, n, s.cfg.Logger)
+		}
+		s.mu.Unlock()
+	}
+	return newSource(s.e, s.cfg, q), nil
+}
+
+// NewSource opens a source on the queue of (topic, cfg.ConsumerGroup)
+// outside any subscriber: for tools, tests and custom pipelines. The caller
+// closes it.
+func NewSource(ctx context.Context, cfg SubscriberConfig, topic string) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	e := newEngine(cfg.DB, cfg.Dialect, cfg.Tables)
+	q := e.queue(topic, cfg.ConsumerGroup)
+	if err := e.ensureQueue(ctx, q, true); err != nil {
+		return nil, err
+	}
+	return newSource(e, cfg, q), nil
+}
+
+// Stats returns the round-trip and row counts of the source's engine.
+func (s *Source) Stats() Stats { return s.e.ctrs.Snapshot() }
+
+// Close implements message.Subscriber: listeners drain and release their
+// prefetched rows, sources close, the wake-up listener stops, then Closer
+// is closed. Idempotent; waits.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeErr = s.Subscriber.Close()
+		s.mu.Lock()
+		n := s.notifier
+		s.notifier = nil
+		s.mu.Unlock()
+		if n != nil {
+			releaseListener(s.cfg.DB, n)
+		}
+		if s.cfg.Closer != nil {
+			if err := s.cfg.Closer.Close(); err != nil && s.closeErr == nil {
+				s.closeErr = err
+			}
+		}
+	})
+	return s.closeErr
+}

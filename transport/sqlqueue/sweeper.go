@@ -1,0 +1,96 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// sweepLimit bounds the rows one sweep statement touches; a full batch
+// makes the next sweep start at once.
+const sweepLimit = 1000
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	Ran          bool // false when another instance held the sweep lock
+	Recovered    int  // rows returned to pending
+	DeadLettered int  // processing rows whose last attempt's lease expired
+	Expired      int  // pending rows dropped past their time-to-live
+}
+
+func (s *Source) sweepLoop() {
+	defer s.swept.Done()
+	t := time.NewTimer(jitter(s.cfg.SweepInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSweep:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
+		res, err := s.Sweep(ctx)
+		cancel()
+		next := jitter(s.cfg.SweepInterval)
+		switch {
+		case err != nil:
+			s.logger.Error("sweep failed", err, nil)
+		case res.Recovered+res.DeadLettered+res.Expired > 0:
+			s.logger.Debug("swept", watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired})
+			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit {
+				next = 0
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// Sweep runs one sweep of the queue now, if no other instance is sweeping
+// it (a zero-wait cluster lock): rows whose fetch timeout or processing
+// lease expired return to pending (attempts unchanged), or go to the error
+// table when their expired attempt was the last (MaxAttempts); pending rows
+// past their time-to-live are dropped and counted. Any recovered row wakes
+// this source's receive loop.
+func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	rt := &s.e.ctrs.sweeps
+	max := s.cfg.Pipeline.MaxAttempts
+	err := inTx(ctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
+		ok, err := lockAcquired(ctx, tx, rt, s.e.d.Lock(s.e.lockKey("sweep:"+s.q.Name), false))
+		if err != nil || !ok {
+			return err
+		}
+		res.Ran = true
+		if res.Recovered, err = queryCount(ctx, tx, rt, s.e.d.Recover(s.q, max, sweepLimit)); err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+		if max > 0 {
+			reason := fmt.Sprintf("processing lease expired on the last attempt (MaxAttempts %d): the handler never settled", max)
+			ids, err := runAll(ctx, tx, rt, s.e.d.DeadLetterExpired(s.e.names, s.q, max, reason, sweepLimit))
+			if err != nil {
+				return fmt.Errorf("dead-letter expired: %w", err)
+			}
+			res.DeadLettered = len(ids)
+		}
+		if res.Expired, err = queryCount(ctx, tx, rt, s.e.d.DropExpired(s.q, sweepLimit)); err != nil {
+			return fmt.Errorf("drop expired: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
+	}
+	s.e.ctrs.recovered.Add(int64(res.Recovered))
+	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered))
+	s.e.ctrs.expired.Add(int64(res.Expired))
+	if res.Recovered > 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,38 @@
+package sqlqueue
+
+import (
+	"time"
+
+	"github.com/berth-go/berth/internal/urlparam"
+)
+
+// ParseURL reads schema, table_prefix and manual_schema from p.
+func (t *Tables) ParseURL(p *urlparam.Params) {
+	if p.Has("schema") {
+		t.Schema = p.String("schema", t.Schema)
+	}
+	t.Prefix = p.String("table_prefix", t.Prefix)
+	t.ManualSchema = p.Bool("manual_schema", t.ManualSchema)
+}
+
+// ParseURL reads the subscriber's URL parameters from p: the pipeline's
+// (see transport.PipelineConfig.ParseURL), the tables', and consumer_group,
+// lease, fetch_timeout, sweep_interval. Dialect drivers call it; problems
+// are recorded in p.
+func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
+	c.Pipeline.ParseURL(p)
+	c.Tables.ParseURL(p)
+	c.ConsumerGroup = p.String("consumer_group", c.ConsumerGroup)
+	c.Lease = p.Duration("lease", c.Lease, time.Second, 24*time.Hour)
+	c.FetchTimeout = p.Duration("fetch_timeout", c.FetchTimeout, time.Second, 24*time.Hour)
+	c.SweepInterval = p.Duration("sweep_interval", c.SweepInterval, -1, 24*time.Hour)
+}
+
+// ParseURL reads the publisher's URL parameters from p: the tables', and
+// max_message_size, delay, ttl.
+func (c *PublisherConfig) ParseURL(p *urlparam.Params) {
+	c.Tables.ParseURL(p)
+	c.MaxMessageSize = p.Int("max_message_size", c.MaxMessageSize, 1, 1<<30)
+	c.Delay = p.Duration("delay", c.Delay, 0, 365*24*time.Hour)
+	c.TTL = p.Duration("ttl", c.TTL, 0, 365*24*time.Hour)
+}

@@ -1,0 +1,406 @@
+package sqlserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	mssql "github.com/microsoft/go-mssqldb"
+
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+var (
+	testTables = sqlqueue.Tables{Schema: "app"}
+	testNames  = sqlqueue.NamesFor(Dialect{}, testTables)
+	testQueue  = sqlqueue.QueueFor(Dialect{}, testTables, "orders", "billing")
+	testRefs   = []sqlqueue.Ref{{ID: 7, Owner: 42}, {ID: 8, Owner: 42}}
+)
+
+const refsArg = `[{"id":7,"owner":42},{"id":8,"owner":42}]`
+
+func one(s sqlqueue.Stmt) []sqlqueue.Stmt { return []sqlqueue.Stmt{s} }
+
+// TestStatementsGolden pins the exact text and arguments of every
+// statement.
+func TestStatementsGolden(t *testing.T) {
+	d := Dialect{}
+	n, q := testNames, testQueue
+	cases := []struct {
+		name  string
+		got   []sqlqueue.Stmt
+		want  []string
+		wantA [][]any
+	}{
+		{"Lock wait", one(d.Lock("app.berth_schema", true)), []string{goldenLock}, [][]any{{"berth:app.berth_schema"}}},
+		{"Lock try", one(d.Lock("app.berth_sweep:x", false)), []string{goldenTryLock}, [][]any{{"berth:app.berth_sweep:x"}}},
+		{"VersionTable", d.VersionTable(n), []string{goldenCreateSchema, goldenVersionTable}, [][]any{nil, nil}},
+		{"SchemaVersion", one(d.SchemaVersion(n)), []string{goldenSchemaVersion}, [][]any{nil}},
+		{"SetSchemaVersion", one(d.SetSchemaVersion(n, 1)), []string{goldenSetSchemaVersion}, [][]any{nil}},
+		{"Migrations", d.Migrations(n)[0].Stmts, []string{goldenSubscriptions, goldenErrors, goldenErrorsIndex}, [][]any{nil, nil, nil}},
+		{"CreateQueue", d.CreateQueue(q), []string{goldenQueueTable, goldenPendingIndex, goldenLeasedIndex}, [][]any{nil, nil, nil}},
+		{"Subscribe", one(d.Subscribe(n, q)), []string{goldenSubscribe}, [][]any{{"orders", "billing", "berth_q_orders__billing"}}},
+		{"Subscriptions", one(d.Subscriptions(n, "orders")), []string{goldenSelectSubscriptions}, [][]any{{"orders"}}},
+		{"Insert", d.Insert(q, []sqlqueue.InsertRow{
+			{UUID: "a", Headers: []byte(`{}`), Body: []byte("x")},
+			{UUID: "b", Headers: []byte(`{"k":"v"}`), Delay: 1500 * time.Millisecond, TTL: time.Hour},
+		}), []string{goldenInsert2}, [][]any{{"a", "{}", []byte("x"), int64(0), int64(0), "b", `{"k":"v"}`, []byte{}, int64(1500), int64(3600000)}}},
+		{"Claim", one(d.Claim(q, 42, 10, time.Minute)), []string{goldenClaim}, [][]any{{int64(10), int64(42), int64(60000)}}},
+		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{refsArg, int64(30000)}}},
+		{"Complete", one(d.Complete(q, testRefs)), []string{goldenComplete}, [][]any{{refsArg}}},
+		{"Renew", one(d.Renew(q, testRefs, 30*time.Second)), []string{goldenRenew}, [][]any{{refsArg, int64(30000)}}},
+		{"Retry", one(d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0], Delay: 100 * time.Millisecond}})), []string{goldenRetry}, [][]any{{`[{"id":7,"owner":42,"delay_ms":100}]`}}},
+		{"Release", one(d.Release(q, testRefs)), []string{goldenRelease}, [][]any{{refsArg}}},
+		{"DeadLetter", d.DeadLetter(n, q, testRefs[0], "boom"), []string{goldenDeadLetter}, [][]any{{int64(7), int64(42), "berth_q_orders__billing", "boom"}}},
+		{"Recover", one(d.Recover(q, 10, 1000)), []string{goldenRecover}, [][]any{{int64(1000), int64(10)}}},
+		{"DeadLetterExpired", d.DeadLetterExpired(n, q, 10, "expired", 1000), []string{goldenDeadLetterExpired}, [][]any{{int64(1000), int64(10), "berth_q_orders__billing", "expired"}}},
+		{"DropExpired", one(d.DropExpired(q, 1000)), []string{goldenDropExpired}, [][]any{{int64(1000)}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if len(c.got) != len(c.want) {
+				t.Fatalf("got %d statements, want %d", len(c.got), len(c.want))
+			}
+			for i, st := range c.got {
+				if st.SQL != c.want[i] {
+					t.Errorf("statement %d text changed:\n--- got\n%s\n--- want\n%s", i, st.SQL, c.want[i])
+				}
+				if !reflect.DeepEqual(st.Args, c.wantA[i]) {
+					t.Errorf("statement %d args = %#v, want %#v", i, st.Args, c.wantA[i])
+				}
+			}
+		})
+	}
+}
+
+var placeholder = regexp.MustCompile(`@p(\d+)`)
+
+// TestPlaceholdersMatchArgs checks, for every statement, that the
+// placeholders used are exactly @p1…@pN for N arguments: go-mssqldb
+// declares one sp_executesql parameter per argument and names the i-th
+// @p<i>.
+func TestPlaceholdersMatchArgs(t *testing.T) {
+	for name, sts := range allStatements() {
+		for i, st := range sts {
+			used := map[int]bool{}
+			for _, m := range placeholder.FindAllStringSubmatch(st.SQL, -1) {
+				k, _ := strconv.Atoi(m[1])
+				used[k] = true
+			}
+			if len(used) != len(st.Args) {
+				t.Errorf("%s[%d]: %d distinct placeholders for %d args", name, i, len(used), len(st.Args))
+			}
+			for k := 1; k <= len(st.Args); k++ {
+				if !used[k] {
+					t.Errorf("%s[%d]: @p%d unused", name, i, k)
+				}
+			}
+			if len(st.Args) > MaxParams {
+				t.Errorf("%s[%d]: %d args, over MaxParams", name, i, len(st.Args))
+			}
+		}
+	}
+}
+
+// TestBatchShape checks house rules every batch follows: SET NOCOUNT ON
+// first, every row-returning DML through OUTPUT … INTO a table variable
+// (never a bare OUTPUT, which fails on tables with triggers), and
+// READPAST always paired with READCOMMITTEDLOCK.
+func TestBatchShape(t *testing.T) {
+	for name, sts := range allStatements() {
+		for i, st := range sts {
+			if !strings.HasPrefix(st.SQL, "SET NOCOUNT ON;\n") {
+				t.Errorf("%s[%d]: does not start with SET NOCOUNT ON", name, i)
+			}
+			for _, line := range strings.Split(st.SQL, "\n") {
+				if strings.HasPrefix(line, "OUTPUT ") && !strings.HasSuffix(strings.TrimSuffix(line, ";"), " INTO @t") {
+					t.Errorf("%s[%d]: OUTPUT without INTO @t: %q", name, i, line)
+				}
+				if strings.Contains(line, "READPAST") && !strings.Contains(line, "READCOMMITTEDLOCK") {
+					t.Errorf("%s[%d]: READPAST without READCOMMITTEDLOCK: %q", name, i, line)
+				}
+			}
+			if strings.Contains(st.SQL, "BEGIN TRANSACTION") != strings.Contains(st.SQL, "COMMIT TRANSACTION") {
+				t.Errorf("%s[%d]: unbalanced transaction", name, i)
+			}
+		}
+	}
+}
+
+func allStatements() map[string][]sqlqueue.Stmt {
+	d := Dialect{}
+	n, q := testNames, testQueue
+	rows := make([]sqlqueue.InsertRow, 1000)
+	for i := range rows {
+		rows[i] = sqlqueue.InsertRow{UUID: strconv.Itoa(i), Headers: []byte("{}"), Body: []byte("b")}
+	}
+	var ms []sqlqueue.Stmt
+	for _, m := range d.Migrations(n) {
+		ms = append(ms, m.Stmts...)
+	}
+	return map[string][]sqlqueue.Stmt{
+		"Lock":              {d.Lock("k", true), d.Lock("k", false)},
+		"VersionTable":      d.VersionTable(n),
+		"SchemaVersion":     {d.SchemaVersion(n), d.SetSchemaVersion(n, 3)},
+		"Migrations":        ms,
+		"CreateQueue":       d.CreateQueue(q),
+		"Subscribe":         {d.Subscribe(n, q), d.Subscriptions(n, "t")},
+		"Insert":            d.Insert(q, rows),
+		"Claim":             {d.Claim(q, 1, 64, time.Minute)},
+		"Begin":             {d.Begin(q, testRefs, time.Second)},
+		"Complete":          {d.Complete(q, testRefs)},
+		"Renew":             {d.Renew(q, testRefs, time.Second)},
+		"Retry":             {d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0]}})},
+		"Release":           {d.Release(q, testRefs)},
+		"DeadLetter":        d.DeadLetter(n, q, testRefs[0], "r"),
+		"Recover":           {d.Recover(q, 0, 10)},
+		"DeadLetterExpired": d.DeadLetterExpired(n, q, 3, "r", 10),
+		"DropExpired":       {d.DropExpired(q, 10)},
+	}
+}
+
+func TestQuoting(t *testing.T) {
+	d := Dialect{}
+	for in, want := range map[string]string{
+		"orders":   "[orders]",
+		"a]b":      "[a]]b]",
+		"[x]":      "[[x]]]",
+		"it's":     "[it's]",
+		"with sp":  "[with sp]",
+		"]]":       "[]]]]]",
+		"berth_q_": "[berth_q_]",
+	} {
+		if got := d.QuoteIdent(in); got != want {
+			t.Errorf("QuoteIdent(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got, want := literal("it's [x]"), "N'it''s [x]'"; got != want {
+		t.Errorf("literal = %q, want %q", got, want)
+	}
+	// A queue whose quoted name holds a quote stays one literal in
+	// OBJECT_ID and sys.indexes look-ups.
+	q := sqlqueue.Queue{Name: "o'q", Table: d.QuoteIdent("o'q")}
+	sts := d.CreateQueue(q)
+	if !strings.Contains(sts[0].SQL, "OBJECT_ID(N'[o''q]', N'U')") {
+		t.Errorf("table DDL does not escape the literal:\n%s", sts[0].SQL)
+	}
+	if !strings.Contains(sts[1].SQL, "name = N'o''q_pending'") || !strings.Contains(sts[1].SQL, "CREATE INDEX [o'q_pending]") {
+		t.Errorf("index DDL does not escape the name:\n%s", sts[1].SQL)
+	}
+	// Unqualified names (no schema) resolve in the user's default schema and
+	// create no schema.
+	n := sqlqueue.NamesFor(d, sqlqueue.Tables{})
+	if n.Version != "[berth_schema_version]" {
+		t.Errorf("unqualified version table = %q", n.Version)
+	}
+	if vt := d.VersionTable(n); len(vt) != 1 || strings.Contains(vt[0].SQL, "CREATE SCHEMA") {
+		t.Errorf("VersionTable without schema = %v", vt)
+	}
+}
+
+// TestInsertSplitsAtParameterLimit checks that inserts stay within
+// sp_executesql's parameter budget and the 1,000-row table value
+// constructor limit, and that rows keep their order across statements.
+func TestInsertSplitsAtParameterLimit(t *testing.T) {
+	if MaxRowsPerInsert != 419 || MaxRowsPerInsert*insertParams > MaxParams {
+		t.Fatalf("MaxRowsPerInsert = %d", MaxRowsPerInsert)
+	}
+	for _, c := range []struct{ rows, stmts int }{{1, 1}, {418, 1}, {419, 1}, {420, 2}, {838, 2}, {839, 3}, {1000, 3}, {5000, 12}} {
+		rows := make([]sqlqueue.InsertRow, c.rows)
+		for i := range rows {
+			rows[i] = sqlqueue.InsertRow{UUID: fmt.Sprint("m", i), Headers: []byte("{}"), Body: []byte{byte(i)}}
+		}
+		sts := Dialect{}.Insert(testQueue, rows)
+		if len(sts) != c.stmts {
+			t.Errorf("%d rows: %d statements, want %d", c.rows, len(sts), c.stmts)
+			continue
+		}
+		next := 0
+		for i, st := range sts {
+			if len(st.Args) > MaxParams || len(st.Args)%insertParams != 0 {
+				t.Errorf("%d rows, statement %d: %d args", c.rows, i, len(st.Args))
+			}
+			k := len(st.Args) / insertParams
+			if k > 1000 {
+				t.Errorf("%d rows, statement %d: %d rows in VALUES", c.rows, i, k)
+			}
+			last := fmt.Sprintf("(%d, @p%d, @p%d, @p%d, @p%d, @p%d)\n) AS v", k, 5*k-4, 5*k-3, 5*k-2, 5*k-1, 5*k)
+			if !strings.Contains(st.SQL, last) {
+				t.Errorf("%d rows, statement %d: last row is not %q", c.rows, i, last)
+			}
+			for j := 0; j < len(st.Args); j += insertParams {
+				if want := fmt.Sprint("m", next); st.Args[j] != want {
+					t.Fatalf("%d rows, statement %d: row %d is %v, want %s", c.rows, i, j/insertParams, st.Args[j], want)
+				}
+				next++
+			}
+		}
+		if next != c.rows {
+			t.Errorf("%d rows: %d inserted", c.rows, next)
+		}
+	}
+	if sts := (Dialect{}).Insert(testQueue, nil); len(sts) != 0 {
+		t.Errorf("no rows: %d statements", len(sts))
+	}
+}
+
+func TestInsertBindsEmptyBodyNotNull(t *testing.T) {
+	sts := Dialect{}.Insert(testQueue, []sqlqueue.InsertRow{{UUID: "a", Headers: []byte("{}")}})
+	body, ok := sts[0].Args[2].([]byte)
+	if !ok || body == nil {
+		t.Fatalf("body arg = %#v, want a non-nil empty []byte (nil binds NULL)", sts[0].Args[2])
+	}
+	if h, ok := sts[0].Args[1].(string); !ok || h != "{}" {
+		t.Fatalf("headers arg = %#v, want the string %q (nvarchar, not varbinary)", sts[0].Args[1], "{}")
+	}
+}
+
+func TestDurationEncoding(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Duration
+		want int64
+	}{
+		{-time.Second, 0},
+		{0, 0},
+		{time.Nanosecond, 1},
+		{time.Millisecond, 1},
+		{1500 * time.Microsecond, 2},
+		{30 * time.Second, 30000},
+		{25 * 24 * time.Hour, 25 * 24 * 3600 * 1000}, // past int32 milliseconds
+		{MaxDuration, MaxDuration.Milliseconds()},
+		{MaxDuration + time.Hour, MaxDuration.Milliseconds()},
+		{math.MaxInt64, MaxDuration.Milliseconds()},
+	} {
+		if got := ms(c.in); got != c.want {
+			t.Errorf("ms(%v) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	// Both halves of the encoding must fit DATEADD's int.
+	maxMS := ms(MaxDuration)
+	if maxMS/1000 > math.MaxInt32 || maxMS%1000 > math.MaxInt32 {
+		t.Errorf("MaxDuration does not fit DATEADD's int as seconds")
+	}
+	// A delay past int32 milliseconds reaches the statement whole.
+	sts := Dialect{}.Insert(testQueue, []sqlqueue.InsertRow{{UUID: "a", Headers: []byte("{}"), Body: []byte{}, Delay: 40 * 24 * time.Hour}})
+	if got := sts[0].Args[3]; got != int64(40*24*3600*1000) {
+		t.Errorf("40-day delay arg = %v", got)
+	}
+}
+
+func TestRefsJSON(t *testing.T) {
+	refs := []sqlqueue.Ref{{ID: 1, Owner: math.MaxInt64}, {ID: math.MaxInt64, Owner: -5}, {ID: 0, Owner: 0}}
+	var got []struct {
+		ID    int64 `json:"id"`
+		Owner int64 `json:"owner"`
+	}
+	if err := json.Unmarshal([]byte(refsJSON(refs)), &got); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range refs {
+		if got[i].ID != r.ID || got[i].Owner != r.Owner {
+			t.Errorf("ref %d = %+v, want %+v", i, got[i], r)
+		}
+	}
+	if s := refsJSON(nil); s != "[]" {
+		t.Errorf("no refs = %q", s)
+	}
+	st := Dialect{}.Retry(testQueue, []sqlqueue.RetryRef{{Ref: refs[0], Delay: time.Second}, {Ref: refs[1], Delay: 100 * 365 * 24 * time.Hour}})
+	var rr []struct {
+		ID      int64 `json:"id"`
+		Owner   int64 `json:"owner"`
+		DelayMS int64 `json:"delay_ms"`
+	}
+	if err := json.Unmarshal([]byte(st.Args[0].(string)), &rr); err != nil {
+		t.Fatal(err)
+	}
+	if rr[0].DelayMS != 1000 || rr[1].DelayMS != MaxDuration.Milliseconds() || rr[1].Owner != -5 {
+		t.Errorf("retry refs = %+v", rr)
+	}
+	// A full settle batch is one argument, whatever its size.
+	many := make([]sqlqueue.Ref, 1000)
+	if st := (Dialect{}).Complete(testQueue, many); len(st.Args) != 1 {
+		t.Errorf("1000 refs: %d args", len(st.Args))
+	}
+}
+
+func TestRecoverAttemptsCap(t *testing.T) {
+	for in, want := range map[int]int64{-1: math.MaxInt32, 0: math.MaxInt32, 1: 1, 10: 10, math.MaxInt: math.MaxInt32} {
+		if got := (Dialect{}).Recover(testQueue, in, 5).Args[1]; got != want {
+			t.Errorf("Recover(maxAttempts %d) cap = %v, want %d", in, got, want)
+		}
+	}
+}
+
+func TestLockKey(t *testing.T) {
+	if got := lockKey("s.berth_schema"); got != "berth:s.berth_schema" {
+		t.Errorf("short key = %q", got)
+	}
+	long1 := lockKey(strings.Repeat("a", 300) + "1")
+	long2 := lockKey(strings.Repeat("a", 300) + "2")
+	if len(long1) != maxLockKey || len(long2) != maxLockKey {
+		t.Errorf("long keys are %d and %d characters, want %d", len(long1), len(long2), maxLockKey)
+	}
+	if long1 == long2 {
+		t.Error("distinct long keys collide")
+	}
+	if lockKey(strings.Repeat("a", 300)+"1") != long1 {
+		t.Error("long key not deterministic")
+	}
+}
+
+func TestSessionStateValidate(t *testing.T) {
+	good := SessionState{IsolationLevel: 2, CompatibilityLevel: 150, AnsiNulls: 1, AnsiPadding: 1, AnsiWarnings: 1, ConcatNullYieldsNull: 1, QuotedIdentifier: 1}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good session: %v", err)
+	}
+	rr := good
+	rr.IsolationLevel = 3
+	if err := rr.Validate(); err != nil {
+		t.Errorf("REPEATABLE READ: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*SessionState)
+		says   []string
+	}{
+		{"snapshot", func(s *SessionState) { s.IsolationLevel = 5 }, []string{"SNAPSHOT"}},
+		{"serializable", func(s *SessionState) { s.IsolationLevel = 4 }, []string{"SERIALIZABLE"}},
+		{"read uncommitted", func(s *SessionState) { s.IsolationLevel = 1 }, []string{"READ UNCOMMITTED"}},
+		{"compat 120", func(s *SessionState) { s.CompatibilityLevel = 120 }, []string{"compatibility level is 120", "OPENJSON"}},
+		{"quoted identifier off", func(s *SessionState) { s.QuotedIdentifier = 0 }, []string{"QUOTED_IDENTIFIER"}},
+		{"numeric roundabort on", func(s *SessionState) { s.NumericRoundAbort = 1 }, []string{"NUMERIC_ROUNDABORT"}},
+		{"everything at once", func(s *SessionState) {
+			s.IsolationLevel, s.CompatibilityLevel, s.AnsiNulls, s.AnsiPadding = 5, 110, 0, 0
+		}, []string{"SNAPSHOT", "compatibility level is 110", "ANSI_NULLS", "ANSI_PADDING"}},
+	} {
+		s := good
+		c.mutate(&s)
+		err := s.Validate()
+		if !errors.Is(err, ErrUnsupportedSession) {
+			t.Errorf("%s: err = %v, want ErrUnsupportedSession", c.name, err)
+			continue
+		}
+		for _, w := range c.says {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not mention %q", c.name, err, w)
+			}
+		}
+	}
+}
+
+func TestIsMissingTable(t *testing.T) {
+	d := Dialect{}
+	if !d.IsMissingTable(fmt.Errorf("claim: %w", mssql.Error{Number: 208, Message: "Invalid object name 'x'."})) {
+		t.Error("error 208 not classified as a missing table")
+	}
+	if d.IsMissingTable(mssql.Error{Number: 1205}) || d.IsMissingTable(errors.New("208")) || d.IsMissingTable(nil) {
+		t.Error("other errors classified as a missing table")
+	}
+}

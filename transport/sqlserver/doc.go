@@ -1,0 +1,67 @@
+// Package sqlserver is Berth's SQL Server transport: Watermill publishers
+// and subscribers over queue tables, on the dialect-neutral engine of
+// package sqlqueue, through github.com/microsoft/go-mssqldb. It is the
+// primary SQL dialect; PostgreSQL and SQLite run the same engine.
+//
+// # Opening
+//
+// Import the package to register the sqlserver:// scheme, then open by URL:
+//
+//	sub, err := transport.OpenSubscriber(ctx,
+//		"sqlserver://app:secret@db:1433?database=queues&consumer_group=billing&concurrency=32")
+//
+// or build a config and call NewSubscriber / NewPublisher. Both open their
+// own pool from DSN (closed with them), or use a *sql.DB you pass in
+// SubscriberConfig.DB (then you close it). A publisher bound to your own
+// transaction, for the outbox pattern, is Publisher.WithTx.
+//
+// # URL parameters
+//
+// A sqlserver:// URL is go-mssqldb's URL (user, password, host, port,
+// instance as the path) with two kinds of query parameters side by side.
+// go-mssqldb's own (ConnParams: database, encrypt, TrustServerCertificate,
+// "app name", "connection timeout", …, matched without regard to case) stay
+// in the DSN handed to the driver. Berth's are taken out first: the
+// pipeline's (concurrency, buffer, max_attempts, retry_delay,
+// max_retry_delay, drain_timeout, wave_cap, empty_delay, max_queue,
+// restart_queue, check_interval), the engine's (schema, table_prefix,
+// manual_schema; subscribers: consumer_group, lease, fetch_timeout,
+// sweep_interval; publishers: max_message_size, delay, ttl) and max_conns.
+// Any other parameter is an error naming it and listing those accepted.
+//
+// # Requirements
+//
+// SQL Server 2016 or later (or Azure SQL Database / Managed Instance) with
+// database compatibility level 130 or higher: settlement statements pass
+// their id/owner pairs as one JSON argument read by OPENJSON. The session
+// must run at READ COMMITTED (READ_COMMITTED_SNAPSHOT on the database is
+// fine: claims read with READCOMMITTEDLOCK) or REPEATABLE READ, with the
+// SET options filtered indexes need (go-mssqldb's defaults). Dialect.Check
+// verifies all of this when a publisher or subscriber starts and reports
+// every problem at once; a SNAPSHOT session is rejected.
+//
+// Permissions: SELECT, INSERT, UPDATE, DELETE on the tables, and EXECUTE
+// on sp_getapplock (public by default). Creating the schema needs CREATE
+// TABLE (and ALTER on the schema, or CREATE SCHEMA when Tables.Schema names
+// a missing one); with Tables.ManualSchema a DBA applies DDL instead.
+//
+// # Statements
+//
+// Every statement is in dialect.go and pinned, text and arguments, by
+// golden tests. Claims are one set-based UPDATE through a TOP … ORDER BY
+// CTE with UPDLOCK, READPAST, ROWLOCK and READCOMMITTEDLOCK, over a
+// filtered index on pending rows, so concurrent instances skip each other's
+// rows instead of waiting and claimed rows leave the claim path. Rows come
+// back through OUTPUT … INTO a table variable, which works on tables with
+// triggers. Follow-ups are fenced by id, owner token and state. Time is
+// the server's (SYSUTCDATETIME, datetime2(3)). docs/transports/sqlserver.md
+// explains each statement, and says what has and has not been verified
+// against a live server.
+//
+// # Wake-ups
+//
+// SQL Server has no NOTIFY. A Publish wakes the subscribers of the same
+// process at once (the engine's in-process notifier); subscribers in other
+// processes find new rows on their next claim, at most the wave
+// controller's empty delay later.
+package sqlserver

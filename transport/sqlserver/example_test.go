@@ -1,0 +1,139 @@
+package sqlserver_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/url"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlserver"
+)
+
+// A sqlserver:// URL carries go-mssqldb's connection parameters and
+// Berth's side by side; Berth's are taken out before the DSN reaches the
+// driver.
+func ExampleParseSubscriberURL() {
+	u, _ := url.Parse("sqlserver://app:secret@db:1433?database=queues&encrypt=true&concurrency=32&consumer_group=billing&lease=1m")
+	cfg, err := sqlserver.ParseSubscriberURL(u)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(cfg.DSN)
+	fmt.Println(cfg.Pipeline.Concurrency, cfg.ConsumerGroup, cfg.Lease)
+	// Output:
+	// sqlserver://app:secret@db:1433?database=queues&encrypt=true
+	// 32 billing 1m0s
+}
+
+// Subscribing through the URL registry: importing the package registers
+// the sqlserver:// scheme.
+func ExampleNewSubscriber() {
+	cfg := sqlserver.SubscriberConfig{DSN: "sqlserver://app:secret@db:1433?database=queues"}
+	cfg.ConsumerGroup = "billing"
+	cfg.Pipeline.Concurrency = 32
+	sub, err := sqlserver.NewSubscriber(cfg, watermill.NopLogger{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+
+	// The same subscriber, from a URL:
+	//   transport.OpenSubscriber(ctx, "sqlserver://app:secret@db:1433?database=queues&consumer_group=billing&concurrency=32")
+	_ = transport.OpenSubscriber
+	_ = context.Background
+}
+
+// The DDL for DBAs who apply schema by hand (then set
+// Tables.ManualSchema, URL manual_schema=true).
+func ExampleDDL() {
+	fmt.Print(sqlserver.DDL(sqlqueue.Tables{Schema: "app"}, [2]string{"orders", ""}))
+	// Output:
+	// -- Berth SQL queue schema (sqlserver dialect); GO ends each batch (sqlcmd, SSMS)
+	//
+	// SET ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, ARITHABORT, CONCAT_NULL_YIELDS_NULL, QUOTED_IDENTIFIER ON;
+	// SET NUMERIC_ROUNDABORT OFF;
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF SCHEMA_ID(N'app') IS NULL
+	// 	EXEC(N'CREATE SCHEMA [app]')
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF OBJECT_ID(N'[app].[berth_schema_version]', N'U') IS NULL
+	// CREATE TABLE [app].[berth_schema_version] (
+	// 	version    int          NOT NULL PRIMARY KEY,
+	// 	applied_at datetime2(3) NOT NULL DEFAULT SYSUTCDATETIME()
+	// )
+	// GO
+	//
+	// -- version 1
+	// SET NOCOUNT ON;
+	// IF OBJECT_ID(N'[app].[berth_subscriptions]', N'U') IS NULL
+	// CREATE TABLE [app].[berth_subscriptions] (
+	// 	topic          nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	// 	consumer_group nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	// 	queue_table    nvarchar(128) NOT NULL,
+	// 	created_at     datetime2(3)  NOT NULL DEFAULT SYSUTCDATETIME(),
+	// 	PRIMARY KEY (topic, consumer_group)
+	// )
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF OBJECT_ID(N'[app].[berth_errors]', N'U') IS NULL
+	// CREATE TABLE [app].[berth_errors] (
+	// 	id           bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY,
+	// 	queue_table  nvarchar(128)  NOT NULL,
+	// 	message_uuid nvarchar(255)  NOT NULL,
+	// 	headers      nvarchar(max)  NOT NULL,
+	// 	body         varbinary(max) NOT NULL,
+	// 	attempts     int            NOT NULL,
+	// 	reason       nvarchar(max)  NOT NULL,
+	// 	original_id  bigint         NOT NULL,
+	// 	created_at   datetime2(3)   NOT NULL,
+	// 	failed_at    datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME()
+	// )
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_errors]') AND name = N'berth_errors_queue')
+	// CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 1)
+	// INSERT INTO [app].[berth_schema_version] (version) VALUES (1)
+	// GO
+	//
+	// -- queue of topic "orders", consumer group ""
+	// SET NOCOUNT ON;
+	// IF OBJECT_ID(N'[app].[berth_q_orders]', N'U') IS NULL
+	// CREATE TABLE [app].[berth_q_orders] (
+	// 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
+	// 	uuid        nvarchar(255)  NOT NULL,
+	// 	headers     nvarchar(max)  NOT NULL,
+	// 	body        varbinary(max) NOT NULL,
+	// 	state       tinyint        NOT NULL DEFAULT 0,
+	// 	owner       bigint         NULL,
+	// 	attempts    int            NOT NULL DEFAULT 0,
+	// 	created_at  datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
+	// 	due_at      datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
+	// 	lease_until datetime2(3)   NULL,
+	// 	expires_at  datetime2(3)   NULL
+	// )
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders]') AND name = N'berth_q_orders_pending')
+	// CREATE INDEX [berth_q_orders_pending] ON [app].[berth_q_orders] (due_at, id) INCLUDE (expires_at) WHERE state = 0
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders]') AND name = N'berth_q_orders_leased')
+	// CREATE INDEX [berth_q_orders_leased] ON [app].[berth_q_orders] (lease_until) INCLUDE (attempts) WHERE state > 0
+	// GO
+}

@@ -1,0 +1,210 @@
+package sqlserver
+
+// Golden T-SQL: the exact text of every statement the dialect writes, for
+// the tables of Tables{Schema: "app"} and the queue of topic "orders",
+// consumer group "billing". A change to any statement must change its
+// golden here, deliberately, and be reviewed against the notes in
+// docs/transports/sqlserver.md.
+
+const goldenLock = `SET NOCOUNT ON;
+DECLARE @r int;
+EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = -1;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
+
+const goldenTryLock = `SET NOCOUNT ON;
+DECLARE @r int;
+EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
+
+const goldenCreateSchema = `SET NOCOUNT ON;
+IF SCHEMA_ID(N'app') IS NULL
+	EXEC(N'CREATE SCHEMA [app]')`
+
+const goldenVersionTable = `SET NOCOUNT ON;
+IF OBJECT_ID(N'[app].[berth_schema_version]', N'U') IS NULL
+CREATE TABLE [app].[berth_schema_version] (
+	version    int          NOT NULL PRIMARY KEY,
+	applied_at datetime2(3) NOT NULL DEFAULT SYSUTCDATETIME()
+)`
+
+const goldenSchemaVersion = `SET NOCOUNT ON;
+SELECT COALESCE(MAX(version), 0) FROM [app].[berth_schema_version];`
+
+const goldenSetSchemaVersion = `SET NOCOUNT ON;
+IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 1)
+INSERT INTO [app].[berth_schema_version] (version) VALUES (1)`
+
+const goldenSubscriptions = `SET NOCOUNT ON;
+IF OBJECT_ID(N'[app].[berth_subscriptions]', N'U') IS NULL
+CREATE TABLE [app].[berth_subscriptions] (
+	topic          nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	consumer_group nvarchar(128) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	queue_table    nvarchar(128) NOT NULL,
+	created_at     datetime2(3)  NOT NULL DEFAULT SYSUTCDATETIME(),
+	PRIMARY KEY (topic, consumer_group)
+)`
+
+const goldenErrors = `SET NOCOUNT ON;
+IF OBJECT_ID(N'[app].[berth_errors]', N'U') IS NULL
+CREATE TABLE [app].[berth_errors] (
+	id           bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY,
+	queue_table  nvarchar(128)  NOT NULL,
+	message_uuid nvarchar(255)  NOT NULL,
+	headers      nvarchar(max)  NOT NULL,
+	body         varbinary(max) NOT NULL,
+	attempts     int            NOT NULL,
+	reason       nvarchar(max)  NOT NULL,
+	original_id  bigint         NOT NULL,
+	created_at   datetime2(3)   NOT NULL,
+	failed_at    datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME()
+)`
+
+const goldenErrorsIndex = `SET NOCOUNT ON;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_errors]') AND name = N'berth_errors_queue')
+CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)`
+
+const goldenQueueTable = `SET NOCOUNT ON;
+IF OBJECT_ID(N'[app].[berth_q_orders__billing]', N'U') IS NULL
+CREATE TABLE [app].[berth_q_orders__billing] (
+	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
+	uuid        nvarchar(255)  NOT NULL,
+	headers     nvarchar(max)  NOT NULL,
+	body        varbinary(max) NOT NULL,
+	state       tinyint        NOT NULL DEFAULT 0,
+	owner       bigint         NULL,
+	attempts    int            NOT NULL DEFAULT 0,
+	created_at  datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
+	due_at      datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
+	lease_until datetime2(3)   NULL,
+	expires_at  datetime2(3)   NULL
+)`
+
+const goldenPendingIndex = `SET NOCOUNT ON;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_pending')
+CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing] (due_at, id) INCLUDE (expires_at) WHERE state = 0`
+
+const goldenLeasedIndex = `SET NOCOUNT ON;
+IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_leased')
+CREATE INDEX [berth_q_orders__billing_leased] ON [app].[berth_q_orders__billing] (lease_until) INCLUDE (attempts) WHERE state > 0`
+
+const goldenSubscribe = `SET NOCOUNT ON;
+IF NOT EXISTS (SELECT 1 FROM [app].[berth_subscriptions] WITH (UPDLOCK, HOLDLOCK) WHERE topic = @p1 AND consumer_group = @p2)
+INSERT INTO [app].[berth_subscriptions] (topic, consumer_group, queue_table) VALUES (@p1, @p2, @p3);`
+
+const goldenSelectSubscriptions = `SET NOCOUNT ON;
+SELECT queue_table FROM [app].[berth_subscriptions] WHERE topic = @p1 ORDER BY consumer_group;`
+
+const goldenInsert2 = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at)
+SELECT v.uuid, v.headers, v.body, DATEADD(millisecond, CAST(v.delay_ms % 1000 AS int), DATEADD(second, CAST(v.delay_ms / 1000 AS int), @now)),
+	CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END
+FROM (VALUES
+	(1, @p1, @p2, @p3, @p4, @p5),
+	(2, @p6, @p7, @p8, @p9, @p10)
+) AS v (n, uuid, headers, body, delay_ms, ttl_ms)
+ORDER BY v.n;`
+
+const goldenClaim = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
+WITH c AS (
+	SELECT TOP (@p1) id, uuid, headers, body, attempts, state, owner, lease_until
+	FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)
+	ORDER BY due_at, id
+)
+UPDATE c SET state = 1, owner = @p2, lease_until = DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now))
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;
+SELECT id, uuid, headers, body, attempts FROM @t;`
+
+const goldenBegin = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL, attempts int NOT NULL);
+UPDATE q SET state = 2, attempts = q.attempts + 1, lease_until = DATEADD(millisecond, CAST(@p2 % 1000 AS int), DATEADD(second, CAST(@p2 / 1000 AS int), @now))
+OUTPUT inserted.id, inserted.attempts INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 1;
+SELECT id, attempts FROM @t;`
+
+const goldenComplete = `SET NOCOUNT ON;
+DECLARE @t TABLE (id bigint NOT NULL);
+DELETE q
+OUTPUT deleted.id INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2;
+SELECT id FROM @t;`
+
+const goldenRenew = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE q SET lease_until = DATEADD(millisecond, CAST(@p2 % 1000 AS int), DATEADD(second, CAST(@p2 / 1000 AS int), @now))
+OUTPUT inserted.id INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2;
+SELECT id FROM @t;`
+
+const goldenRetry = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = DATEADD(millisecond, CAST(r.delay_ms % 1000 AS int), DATEADD(second, CAST(r.delay_ms / 1000 AS int), @now))
+OUTPUT inserted.id INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2;
+SELECT id FROM @t;`
+
+const goldenRelease = `SET NOCOUNT ON;
+DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL
+OUTPUT inserted.id INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 1;
+SELECT id FROM @t;`
+
+const goldenDeadLetter = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+SET XACT_ABORT ON;
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL);
+BEGIN TRANSACTION;
+DELETE FROM [app].[berth_q_orders__billing] WITH (ROWLOCK)
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
+WHERE id = @p1 AND owner = @p2 AND state IN (1, 2);
+INSERT INTO [app].[berth_errors] (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
+SELECT @p3, uuid, headers, body, attempts, @p4, id, created_at, @now FROM @t ORDER BY id;
+COMMIT TRANSACTION;
+SELECT id FROM @t;`
+
+const goldenRecover = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE TOP (@p1) [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+SET state = 0, owner = NULL, lease_until = NULL
+OUTPUT inserted.id INTO @t
+WHERE state > 0 AND lease_until <= @now AND (state = 1 OR attempts < @p2);
+SELECT id FROM @t;`
+
+const goldenDeadLetterExpired = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+SET XACT_ABORT ON;
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL);
+BEGIN TRANSACTION;
+DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
+WHERE state > 0 AND lease_until <= @now AND state = 2 AND attempts >= @p2;
+INSERT INTO [app].[berth_errors] (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
+SELECT @p3, uuid, headers, body, attempts, @p4, id, created_at, @now FROM @t ORDER BY id;
+COMMIT TRANSACTION;
+SELECT id FROM @t;`
+
+const goldenDropExpired = `SET NOCOUNT ON;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @t TABLE (id bigint NOT NULL);
+DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+OUTPUT deleted.id INTO @t
+WHERE state = 0 AND expires_at <= @now;
+SELECT id FROM @t;`

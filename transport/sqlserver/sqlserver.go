@@ -1,0 +1,154 @@
+package sqlserver
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" database/sql driver
+
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// DefaultMaxOpenConns is the default pool size of a publisher or subscriber
+// that opens its own pool: enough for a claim, the group commits of Begin,
+// Complete and Retry, a renewal and a sweep to run at once.
+const DefaultMaxOpenConns = 8
+
+// SubscriberConfig configures a SQL Server subscriber: the engine's config
+// plus how to open the pool. The zero value (with DSN or DB set) is the
+// defaults.
+type SubscriberConfig struct {
+	sqlqueue.SubscriberConfig
+
+	// DSN opens a pool (sqlserver://user:password@host:port?database=…, or
+	// any go-mssqldb connection string) when DB is nil. Only the driver's
+	// own parameters belong in it.
+	DSN string
+	// MaxOpenConns sizes the pool opened from DSN. Defaults to
+	// DefaultMaxOpenConns (8). URL: max_conns.
+	MaxOpenConns int
+}
+
+// PublisherConfig configures a SQL Server publisher. The zero value (with
+// DSN or DB set) is the defaults.
+type PublisherConfig struct {
+	sqlqueue.PublisherConfig
+
+	// DSN opens a pool when DB is nil (see SubscriberConfig.DSN).
+	DSN string
+	// MaxOpenConns sizes the pool opened from DSN. Defaults to
+	// DefaultMaxOpenConns (8). URL: max_conns.
+	MaxOpenConns int
+}
+
+// Open opens a database/sql pool over go-mssqldb with at most maxConns
+// connections (DefaultMaxOpenConns when ≤ 0). go-mssqldb parses the DSN
+// here; it connects on first use.
+func Open(dsn string, maxConns int) (*sql.DB, error) {
+	if maxConns <= 0 {
+		maxConns = DefaultMaxOpenConns
+	}
+	db, err := sql.Open("sqlserver", dsn)
+	if err != nil {
+		// go-mssqldb's parse errors never echo the password.
+		return nil, fmt.Errorf("sqlserver: open: %w", err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
+}
+
+// NewSubscriber returns a subscriber on SQL Server. With cfg.DB nil it
+// opens (and on Close closes) a pool from cfg.DSN. The session is checked
+// (Dialect.Check) and the tables created at the first Subscribe.
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
+	c := cfg.SubscriberConfig
+	c.Dialect = Dialect{}
+	if logger != nil {
+		c.Logger = logger
+	}
+	if c.DB == nil {
+		if cfg.DSN == "" {
+			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
+		}
+		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
+		if err != nil {
+			return nil, err
+		}
+		c.DB, c.Closer = db, db
+	}
+	s, err := sqlqueue.NewSubscriber(c)
+	if err != nil && c.Closer != nil {
+		_ = c.Closer.Close()
+	}
+	return s, err
+}
+
+// NewPublisher returns a publisher on SQL Server. With cfg.DB nil it opens
+// (and on Close closes) a pool from cfg.DSN. Subscribers in the same
+// process are woken as soon as a Publish commits; others find the rows on
+// their next claim.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
+	c := cfg.PublisherConfig
+	c.Dialect = Dialect{}
+	if logger != nil {
+		c.Logger = logger
+	}
+	if c.DB == nil {
+		if cfg.DSN == "" {
+			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
+		}
+		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
+		if err != nil {
+			return nil, err
+		}
+		c.DB, c.Closer = db, db
+	}
+	p, err := sqlqueue.NewPublisher(c)
+	if err != nil && c.Closer != nil {
+		_ = c.Closer.Close()
+	}
+	return p, err
+}
+
+// DDL returns the T-SQL script creating the shared tables at the latest
+// version and the queue table of each (topic, consumer group) pair in
+// queues, for DBAs who apply schema by hand (then set Tables.ManualSchema,
+// URL manual_schema=true). It holds exactly the statements the transport
+// runs when it creates the schema itself, each batch ended by GO, as
+// sqlcmd and SSMS expect. Subscriptions are rows, not schema: subscribers
+// record theirs at run time.
+func DDL(t sqlqueue.Tables, queues ...[2]string) string {
+	d := Dialect{}
+	n := sqlqueue.NamesFor(d, t)
+	var b strings.Builder
+	write := func(sts ...sqlqueue.Stmt) {
+		for _, st := range sts {
+			b.WriteString(st.SQL)
+			b.WriteString("\nGO\n\n")
+		}
+	}
+	b.WriteString("-- Berth SQL queue schema (sqlserver dialect); GO ends each batch (sqlcmd, SSMS)\n\n")
+	// Filtered indexes need these (sqlcmd starts with QUOTED_IDENTIFIER
+	// OFF); go-mssqldb sessions have them already (Dialect.Check).
+	b.WriteString("SET ANSI_NULLS, ANSI_PADDING, ANSI_WARNINGS, ARITHABORT, CONCAT_NULL_YIELDS_NULL, QUOTED_IDENTIFIER ON;\nSET NUMERIC_ROUNDABORT OFF;\nGO\n\n")
+	write(d.VersionTable(n)...)
+	ms := d.Migrations(n)
+	for _, m := range ms {
+		fmt.Fprintf(&b, "-- version %d\n", m.Version)
+		write(m.Stmts...)
+	}
+	if len(ms) > 0 {
+		write(d.SetSchemaVersion(n, ms[len(ms)-1].Version))
+	}
+	for _, tg := range queues {
+		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", tg[0], tg[1])
+		write(d.CreateQueue(sqlqueue.QueueFor(d, t, tg[0], tg[1]))...)
+	}
+	return b.String()
+}

@@ -1,0 +1,145 @@
+package sqlserver
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/transport"
+)
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestParseSubscriberURLSeparatesDriverParams(t *testing.T) {
+	u := mustURL(t, "sqlserver://sa:p%40ss@db.example:1433/inst?database=queues&encrypt=true&TrustServerCertificate=true&app+name=svc"+
+		"&concurrency=4&consumer_group=billing&lease=45s&fetch_timeout=2m&max_conns=3&schema=app&retry_delay=10ms")
+	cfg, err := ParseSubscriberURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pipeline.Concurrency != 4 || cfg.ConsumerGroup != "billing" || cfg.Lease != 45*time.Second ||
+		cfg.FetchTimeout != 2*time.Minute || cfg.MaxOpenConns != 3 || cfg.Tables.Schema != "app" ||
+		cfg.Pipeline.RetryDelay != 10*time.Millisecond {
+		t.Errorf("config = %+v", cfg)
+	}
+	d := mustURL(t, cfg.DSN)
+	if d.Scheme != "sqlserver" || d.Host != "db.example:1433" || d.Path != "/inst" || d.User.String() != "sa:p%40ss" {
+		t.Errorf("DSN lost its server or credentials: %s", cfg.DSN)
+	}
+	q := d.Query()
+	want := map[string]string{"database": "queues", "encrypt": "true", "TrustServerCertificate": "true", "app name": "svc"}
+	for k, v := range want {
+		if q.Get(k) != v {
+			t.Errorf("DSN parameter %q = %q, want %q (DSN %s)", k, q.Get(k), v, cfg.DSN)
+		}
+	}
+	if len(q) != len(want) {
+		t.Errorf("DSN carries Berth's parameters: %s", cfg.DSN)
+	}
+}
+
+func TestParsePublisherURL(t *testing.T) {
+	cfg, err := ParsePublisherURL(mustURL(t, "sqlserver://sa:x@localhost?database=test&ttl=1h&delay=5s&max_message_size=1024&table_prefix=q_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTL != time.Hour || cfg.Delay != 5*time.Second || cfg.MaxMessageSize != 1024 || cfg.Tables.Prefix != "q_" || cfg.MaxOpenConns != DefaultMaxOpenConns {
+		t.Errorf("config = %+v", cfg)
+	}
+	if cfg.DSN != "sqlserver://sa:x@localhost?database=test" {
+		t.Errorf("DSN = %s", cfg.DSN)
+	}
+}
+
+func TestParseURLBadParameterNamesItself(t *testing.T) {
+	for _, c := range []struct{ query, says string }{
+		{"concurency=4", `concurency`},
+		{"lease=forever", `"lease"`},
+		{"max_conns=0", `"max_conns"`},
+		{"consumer_group=a&consumer_group=b", `"consumer_group"`},
+	} {
+		_, err := ParseSubscriberURL(mustURL(t, "sqlserver://sa:x@localhost?database=test&"+c.query))
+		if !errors.Is(err, transport.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", c.query, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %q does not name %s", c.query, err, c.says)
+		}
+	}
+	// The list of accepted parameters names Berth's and the driver's.
+	_, err := ParseSubscriberURL(mustURL(t, "sqlserver://localhost?bogus=1"))
+	for _, w := range []string{"bogus", "concurrency", "consumer_group", "database", "encrypt"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("unknown parameter error %v does not mention %s", err, w)
+		}
+	}
+	// A publisher rejects subscriber-only parameters.
+	if _, err := ParsePublisherURL(mustURL(t, "sqlserver://localhost?lease=10s")); !errors.Is(err, transport.ErrInvalidConfig) {
+		t.Errorf("publisher with lease: %v", err)
+	}
+}
+
+func TestSchemeRegistered(t *testing.T) {
+	if !slices.Contains(transport.Schemes(), "sqlserver") {
+		t.Fatalf("schemes = %v", transport.Schemes())
+	}
+	ctx := context.Background()
+	if _, err := transport.OpenSubscriber(ctx, "sqlserver://localhost?database=test&nope=1"); !errors.Is(err, transport.ErrInvalidConfig) {
+		t.Errorf("OpenSubscriber with a bad parameter: %v", err)
+	}
+	if _, err := transport.OpenPublisher(ctx, "sqlserver://localhost?database=test&nope=1"); !errors.Is(err, transport.ErrInvalidConfig) {
+		t.Errorf("OpenPublisher with a bad parameter: %v", err)
+	}
+}
+
+// TestOpenWithoutServer builds a publisher and a subscriber from URLs
+// without reaching a server (neither connects before first use) and closes
+// them.
+func TestOpenWithoutServer(t *testing.T) {
+	ctx := context.Background()
+	sub, err := transport.OpenSubscriber(ctx, "sqlserver://sa:x@127.0.0.1:1?database=test&concurrency=4&max_conns=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := transport.OpenPublisher(ctx, "sqlserver://sa:x@127.0.0.1:1?database=test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestConstructorsNeedDSNOrDB(t *testing.T) {
+	if _, err := NewSubscriber(SubscriberConfig{}, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "DSN") {
+		t.Errorf("NewSubscriber without DSN: %v", err)
+	}
+	if _, err := NewPublisher(PublisherConfig{}, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "DSN") {
+		t.Errorf("NewPublisher without DSN: %v", err)
+	}
+	// An invalid engine config fails the constructor and closes the pool it
+	// opened.
+	cfg := SubscriberConfig{DSN: "sqlserver://localhost?database=test"}
+	cfg.Lease = time.Millisecond
+	if _, err := NewSubscriber(cfg, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "Lease") {
+		t.Errorf("NewSubscriber with a 1ms lease: %v", err)
+	}
+}

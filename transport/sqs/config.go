@@ -1,0 +1,391 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// Defaults for configuration fields left zero.
+const (
+	// DefaultWaitTime is the ReceiveMessage long-poll wait.
+	DefaultWaitTime = 20 * time.Second
+	// DefaultVisibilityTimeout is the visibility timeout each ReceiveMessage
+	// asks for; the heartbeat renews it at 70%.
+	DefaultVisibilityTimeout = 30 * time.Second
+	// DefaultSettleInterval is how long an ack or nack waits for others to
+	// share its DeleteMessageBatch or ChangeMessageVisibilityBatch request.
+	DefaultSettleInterval = 20 * time.Millisecond
+	// DefaultSettleAttempts bounds the attempts for one entry of a
+	// settlement batch that failed on the server side.
+	DefaultSettleAttempts = 3
+	// DefaultPublishConcurrency bounds the concurrent SendMessageBatch (or
+	// PublishBatch) requests of one Publish call.
+	DefaultPublishConcurrency = 8
+	// DefaultSendAttempts bounds the attempts to send one message whose
+	// batch entry failed on the server side.
+	DefaultSendAttempts = 3
+	// DefaultMaxBatchBytes is the largest SendMessageBatch request payload
+	// (SQS's limit: 1 MiB).
+	DefaultMaxBatchBytes = 1 << 20
+	// DefaultRequestAttempts is the SDK retryer's attempts per API request
+	// (throttling, 5xx, network errors).
+	DefaultRequestAttempts = 3
+	// DefaultMaxRequestBackoff caps the SDK retryer's backoff between
+	// attempts of one request.
+	DefaultMaxRequestBackoff = 2 * time.Second
+	// DefaultMaxReceiveCount is the redrive policy's maxReceiveCount when a
+	// queue is created with a DeadLetterQueue: a backstop above the
+	// pipeline's DefaultMaxAttempts, which dead-letters with a reason first.
+	DefaultMaxReceiveCount = 20
+)
+
+// MaxVisibilityTimeout is SQS's largest visibility timeout (12 hours).
+const MaxVisibilityTimeout = 12 * time.Hour
+
+// ClientConfig says how to reach SQS and SNS. The zero value loads the AWS
+// default configuration (environment, shared config and credentials files,
+// SSO, web identity, container and instance roles).
+type ClientConfig struct {
+	// AWS is the SDK configuration to use. Defaults to
+	// config.LoadDefaultConfig with a connection pool sized for concurrent
+	// long polls.
+	AWS *aws.Config
+
+	// Region overrides the region of AWS. Defaults to the region AWS
+	// resolves. URL: region.
+	Region string
+
+	// Endpoint overrides the service endpoint, for emulators such as fauxqs
+	// or LocalStack ("http://127.0.0.1:4566"); SQS and SNS share it.
+	// Defaults to the AWS endpoint of the region. URL: the host, or endpoint.
+	Endpoint string
+
+	// Credentials overrides the credentials of AWS. Defaults to the
+	// default credential chain. URL: user:password.
+	Credentials aws.CredentialsProvider
+
+	// RequestAttempts is the SDK retryer's maximum attempts per API request;
+	// a Claim never retries longer than that, and its error goes back to the
+	// pipeline, which backs off with jitter. Defaults to
+	// DefaultRequestAttempts (3). URL: request_attempts.
+	RequestAttempts int
+
+	// APIOptions are added to every SQS and SNS client, for middleware such
+	// as RequestCounter.APIOption. Defaults to none.
+	APIOptions []func(*middleware.Stack) error
+}
+
+func (c ClientConfig) validate() []error {
+	var errs []error
+	if c.RequestAttempts < 0 {
+		errs = append(errs, fmt.Errorf("Client.RequestAttempts: must be ≥ 0, got %d", c.RequestAttempts))
+	}
+	return errs
+}
+
+// clients builds the SQS and SNS clients.
+func (c ClientConfig) clients(ctx context.Context) (*awssqs.Client, *awssns.Client, error) {
+	var cfg aws.Config
+	if c.AWS != nil {
+		cfg = c.AWS.Copy()
+	} else {
+		var err error
+		cfg, err = config.LoadDefaultConfig(ctx, config.WithHTTPClient(
+			awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+				// Up to a wave of concurrent long polls share the pool.
+				t.MaxIdleConnsPerHost = 128
+			})))
+		if err != nil {
+			return nil, nil, fmt.Errorf("sqs: load AWS config: %w", err)
+		}
+	}
+	if c.Region != "" {
+		cfg.Region = c.Region
+	}
+	if c.Credentials != nil {
+		cfg.Credentials = c.Credentials
+	}
+	attempts := c.RequestAttempts
+	if attempts == 0 {
+		attempts = DefaultRequestAttempts
+	}
+	cfg.Retryer = func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = attempts
+			o.MaxBackoff = DefaultMaxRequestBackoff
+		})
+	}
+	cfg.APIOptions = append(cfg.APIOptions[:len(cfg.APIOptions):len(cfg.APIOptions)], c.APIOptions...)
+	var endpoint *string
+	if c.Endpoint != "" {
+		endpoint = aws.String(c.Endpoint)
+	}
+	sq := awssqs.NewFromConfig(cfg, func(o *awssqs.Options) {
+		if endpoint != nil {
+			o.BaseEndpoint = endpoint
+		}
+	})
+	sn := awssns.NewFromConfig(cfg, func(o *awssns.Options) {
+		if endpoint != nil {
+			o.BaseEndpoint = endpoint
+		}
+	})
+	return sq, sn, nil
+}
+
+// QueueConfig says which queue a topic maps to and how to create it.
+type QueueConfig struct {
+	// Create creates missing queues (and SNS topics and subscriptions) with
+	// the attributes below. When false, a missing queue is an error wrapping
+	// transport.ErrQueueNotFound. Defaults to false. URL: create.
+	Create bool
+
+	// FIFO uses FIFO queues (and topics): names get the ".fifo" suffix and
+	// messages need a group id (MetadataGroupID, else the topic). Defaults
+	// to false. URL: fifo.
+	FIFO bool
+
+	// ContentBasedDeduplication is set on created FIFO queues. The
+	// publisher always sends a deduplication id (MetadataDeduplicationID,
+	// else the message UUID), so it matters only for other producers.
+	// Defaults to false. URL: content_dedup.
+	ContentBasedDeduplication bool
+
+	// MaximumMessageSize is set on created queues, in bytes (1024 to
+	// 1048576). Defaults to SQS's default (1 MiB). URL: max_message_size.
+	MaximumMessageSize int
+
+	// DeadLetterQueue names the dead-letter queue: the pipeline sends
+	// messages it dead-letters there (with AttributeDeadLetter), and
+	// created queues get a redrive policy to it. Empty: no dead-letter
+	// queue; the pipeline's dead-letters are made visible again and left to
+	// the queue's own redrive policy. Defaults to "". URL: dead_letter_queue.
+	DeadLetterQueue string
+
+	// MaxReceiveCount is the redrive policy's maxReceiveCount on created
+	// queues with a DeadLetterQueue; negative sets no redrive policy.
+	// Defaults to DefaultMaxReceiveCount (20). URL: max_receive_count.
+	MaxReceiveCount int
+
+	// Attributes are extra attributes for created queues (for example
+	// KmsMasterKeyId, MessageRetentionPeriod). Defaults to none.
+	Attributes map[string]string
+
+	// QueueName maps a Watermill topic (with "-<consumer group>" appended
+	// for consumer groups) to a queue or SNS topic name. Defaults to
+	// SanitizeName(topic, FIFO).
+	QueueName func(topic string) string
+}
+
+func (c QueueConfig) validate() []error {
+	var errs []error
+	if c.MaximumMessageSize != 0 && (c.MaximumMessageSize < 1024 || c.MaximumMessageSize > 1<<20) {
+		errs = append(errs, fmt.Errorf("Queue.MaximumMessageSize: must be 1024 to 1048576, got %d", c.MaximumMessageSize))
+	}
+	if c.MaxReceiveCount > 1000 {
+		errs = append(errs, fmt.Errorf("Queue.MaxReceiveCount: must be at most 1000, got %d", c.MaxReceiveCount))
+	}
+	return errs
+}
+
+func (c QueueConfig) name(topic string) string {
+	if c.QueueName != nil {
+		return c.QueueName(topic)
+	}
+	return SanitizeName(topic, c.FIFO)
+}
+
+// SubscriberConfig configures a Subscriber. The zero value is the defaults.
+type SubscriberConfig struct {
+	// Pipeline configures the shared receive pipeline (concurrency, buffer,
+	// retries, waves, back-pressure). Its Wave.EmptyDelay defaults to none
+	// here, since an empty long poll already waited WaitTime. (The listener
+	// asks in full requests of 10: a wave never has more polls than full
+	// requests fit in the free buffer.)
+	Pipeline transport.PipelineConfig
+
+	// Client says how to reach SQS and SNS.
+	Client ClientConfig
+
+	// Queue says which queue each topic maps to and how to create it.
+	Queue QueueConfig
+
+	// ConsumerGroup makes the subscriber consume queue
+	// "<topic>-<group>" (mapped by Queue.QueueName), subscribed to the SNS
+	// topic of the Watermill topic, so every group gets every message
+	// published with PublisherConfig.SNS. Defaults to "" (consume the
+	// topic's own queue). URL: consumer_group.
+	ConsumerGroup string
+
+	// SNS subscribes the topic's own queue to the SNS topic of the same
+	// name (implied by ConsumerGroup). Defaults to false. URL: sns.
+	SNS bool
+
+	// WaitTime is the ReceiveMessage long-poll wait, rounded to seconds, at
+	// most 20s; negative means short polling. Defaults to DefaultWaitTime
+	// (20s). URL: wait_time.
+	WaitTime time.Duration
+
+	// VisibilityTimeout is asked for on every ReceiveMessage and on every
+	// heartbeat renewal (at 70% of it), rounded up to seconds. Defaults to
+	// DefaultVisibilityTimeout (30s). URL: visibility_timeout.
+	VisibilityTimeout time.Duration
+
+	// SettleInterval is how long an ack or nack waits for others to share
+	// its batch request (a full batch of 10 goes at once); negative sends
+	// each at once. Defaults to DefaultSettleInterval (20ms). URL:
+	// settle_interval.
+	SettleInterval time.Duration
+
+	// SettleAttempts bounds the attempts for a batch entry that failed on
+	// the server side. Defaults to DefaultSettleAttempts (3).
+	SettleAttempts int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c SubscriberConfig) WithDefaults() SubscriberConfig {
+	if c.Pipeline.Wave.EmptyDelay == 0 && c.WaitTime >= 0 {
+		c.Pipeline.Wave.EmptyDelay = -1
+	}
+	c.Pipeline = c.Pipeline.WithDefaults()
+	if c.WaitTime == 0 {
+		c.WaitTime = DefaultWaitTime
+	}
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if c.SettleInterval == 0 {
+		c.SettleInterval = DefaultSettleInterval
+	}
+	if c.SettleAttempts == 0 {
+		c.SettleAttempts = DefaultSettleAttempts
+	}
+	if c.Queue.MaxReceiveCount == 0 {
+		c.Queue.MaxReceiveCount = DefaultMaxReceiveCount
+	}
+	return c
+}
+
+// Validate reports every invalid field at once, wrapped in
+// transport.ErrInvalidConfig.
+func (c SubscriberConfig) Validate() error {
+	var errs []error
+	if err := c.Pipeline.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Pipeline: %w", unwrapInvalid(err)))
+	}
+	errs = append(errs, c.Client.validate()...)
+	errs = append(errs, c.Queue.validate()...)
+	if c.WaitTime > 20*time.Second {
+		errs = append(errs, fmt.Errorf("WaitTime: must be at most 20s, got %s", c.WaitTime))
+	}
+	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > MaxVisibilityTimeout {
+		errs = append(errs, fmt.Errorf("VisibilityTimeout: must be 1s to 12h, got %s", c.VisibilityTimeout))
+	} else if c.VisibilityTimeout > 0 && c.VisibilityTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("VisibilityTimeout: must be 1s to 12h, got %s", c.VisibilityTimeout))
+	}
+	if c.SettleAttempts < 0 {
+		errs = append(errs, fmt.Errorf("SettleAttempts: must be ≥ 0, got %d", c.SettleAttempts))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// PublisherConfig configures a Publisher. The zero value is the defaults.
+type PublisherConfig struct {
+	// Client says how to reach SQS and SNS.
+	Client ClientConfig
+
+	// Queue says which queue each topic maps to and how to create it.
+	Queue QueueConfig
+
+	// SNS publishes to the SNS topic of each Watermill topic (PublishBatch)
+	// instead of its queue, so that every consumer group's queue subscribed
+	// to it gets a copy. Defaults to false. URL: sns.
+	SNS bool
+
+	// PublishConcurrency bounds the concurrent batch requests of one
+	// Publish call. Defaults to DefaultPublishConcurrency (8). URL:
+	// publish_concurrency.
+	PublishConcurrency int
+
+	// SendAttempts bounds the attempts to send a message whose batch entry
+	// failed on the server side. Defaults to DefaultSendAttempts (3).
+	SendAttempts int
+
+	// MaxBatchBytes bounds the payload of one batch request. Defaults to
+	// DefaultMaxBatchBytes (1 MiB); SNS batches are further held to 256 KiB.
+	MaxBatchBytes int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c PublisherConfig) WithDefaults() PublisherConfig {
+	if c.PublishConcurrency == 0 {
+		c.PublishConcurrency = DefaultPublishConcurrency
+	}
+	if c.SendAttempts == 0 {
+		c.SendAttempts = DefaultSendAttempts
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.Queue.MaxReceiveCount == 0 {
+		c.Queue.MaxReceiveCount = DefaultMaxReceiveCount
+	}
+	return c
+}
+
+// Validate reports every invalid field at once, wrapped in
+// transport.ErrInvalidConfig.
+func (c PublisherConfig) Validate() error {
+	var errs []error
+	errs = append(errs, c.Client.validate()...)
+	errs = append(errs, c.Queue.validate()...)
+	if c.PublishConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("PublishConcurrency: must be ≥ 0, got %d", c.PublishConcurrency))
+	}
+	if c.SendAttempts < 0 {
+		errs = append(errs, fmt.Errorf("SendAttempts: must be ≥ 0, got %d", c.SendAttempts))
+	}
+	if c.MaxBatchBytes < 0 || c.MaxBatchBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("MaxBatchBytes: must be 0 to 1048576, got %d", c.MaxBatchBytes))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// seconds rounds d up to whole seconds, clamped to [0, max].
+func seconds(d, max time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	d = min(d, max)
+	return int32((d + time.Second - 1) / time.Second)
+}
+
+// unwrapInvalid strips the ErrInvalidConfig layer of a nested Validate
+// error, so it is not repeated in the message.
+func unwrapInvalid(err error) error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		if es := u.Unwrap(); len(es) == 2 && es[0] == transport.ErrInvalidConfig {
+			return es[1]
+		}
+	}
+	return err
+}

@@ -1,0 +1,129 @@
+// Package sqs is Berth's Amazon SQS transport: a Watermill publisher and a
+// subscriber whose receive side is a [transport.Source] driven by the shared
+// pipeline, built to spend as few billed API requests per message as SQS
+// allows.
+//
+// Import the AWS SDK's package as awssqs next to this one.
+//
+// # Configuration
+//
+// [NewPublisher] and [NewSubscriber] take a config struct whose zero value
+// is the defaults. [ClientConfig] loads the AWS default configuration
+// (environment, shared files, SSO, roles) unless given one; Region,
+// Endpoint (for emulators) and Credentials override it. Each API request is
+// attempted at most RequestAttempts times by the SDK retryer (3, backoff
+// capped at 2s): a failing ReceiveMessage comes back to the pipeline, which
+// backs off with jitter and never ends the loop.
+//
+// # Queues and topic names
+//
+// A Watermill topic maps to the queue [SanitizeName](topic, FIFO): characters
+// other than A-Z a-z 0-9 _ - become '_', FIFO names end in ".fifo", and a
+// topic that had to change or is too long for SQS's 80 characters is cut
+// and ends with '-' and 8 hex digits of its SHA-256, so distinct topics never
+// share a queue. QueueConfig.QueueName replaces the mapping. Queue URLs are
+// resolved once (GetQueueUrl, GetQueueAttributes) and cached. With
+// QueueConfig.Create, missing queues are created with the configured
+// attributes (FIFO, MaximumMessageSize, a redrive policy to DeadLetterQueue
+// with MaxReceiveCount, VisibilityTimeout for subscribers); without it a
+// missing queue is an error wrapping [transport.ErrQueueNotFound].
+//
+// # Publishing
+//
+// Publish sends SendMessageBatch requests of up to 10 messages and
+// MaxBatchBytes, up to PublishConcurrency at once (one at a time for FIFO,
+// to keep order): n messages in one call cost ceil(n/10) requests. Entries
+// that fail on the server side are sent again, up to SendAttempts; the error
+// names every message not sent. A message over the queue's
+// MaximumMessageSize (body plus attributes, as SQS counts) is rejected with
+// [transport.ErrMessageTooLarge] naming the limit. Message contexts are
+// honoured: a message whose context is done is not sent.
+//
+// Metadata becomes String message attributes, never more than SQS's 10: the
+// UUID takes one ([AttributeUUID]); keys that are valid attribute names with
+// non-empty values follow in key order while they fit; the rest is packed
+// as JSON into [AttributeMetadata]. A payload that is not text SQS accepts
+// is sent base64-encoded, flagged by [AttributeBodyEncoding]. Metadata keys
+// [MetadataGroupID], [MetadataDeduplicationID] (FIFO; defaults: the topic
+// and the message UUID) and [MetadataDelay] (standard queues, up to 15m) set
+// the SQS fields of the same meaning and are not sent as attributes.
+//
+// # Receiving
+//
+// Claim is one ReceiveMessage long poll (WaitTime, 20s by default) for at
+// most min(10, free buffer) messages, asking for every system and message
+// attribute and for VisibilityTimeout. The pipeline's wave controller
+// decides how many polls run at once: one while idle, more while each comes
+// back with messages. Map decodes the body and attributes; the UUID falls
+// back to the SQS message id for messages other tools sent; metadata gets
+// [MetadataSQSMessageID], [MetadataReceiveCount] and [MetadataSentTimestamp].
+// Undecodable attributes are a Map error wrapping [ErrUndecodable]: the
+// pipeline dead-letters the message. The raw body is held only by
+// Delivery.Raw, which the pipeline drops after Map.
+//
+// A Claim cancelled during its long poll returns at once, but the poll
+// itself finishes in the background and whatever it took off the queue is
+// made visible again, so closing a subscriber strands no message behind a
+// visibility timeout.
+//
+// # Settlement
+//
+// Acks are DeleteMessageBatch requests and nacks ChangeMessageVisibilityBatch
+// requests, coalesced across concurrent handlers: a request goes when 10
+// entries (or Concurrency, if smaller) wait, or SettleInterval (20ms) after
+// the first. Entry ids are positions; entries that fail on the server side
+// are retried (SettleAttempts); an invalid receipt handle is reported as
+// [transport.ErrLeaseLost]. A nack's delay becomes the visibility timeout,
+// rounded up to whole seconds (at most 12h). Release (buffered messages of a
+// closing subscriber) sets visibility 0, so other consumers get them at
+// once. Close flushes what is waiting.
+//
+// Begin costs no request: the receipt handle is the lease. Only a message
+// that sat in the buffer so long that its visibility could end before the
+// next heartbeat is extended first; one whose visibility already ended is
+// dropped with [transport.ErrLeaseLost] (SQS would redeliver it anyway).
+// The heartbeat (Renew, every 70% of VisibilityTimeout) extends, with
+// ChangeMessageVisibilityBatch, the messages handlers hold whose visibility
+// would otherwise end before the next beat, and reports lost ones.
+//
+// DeadLetter sends the message to QueueConfig.DeadLetterQueue with
+// [AttributeDeadLetter] (reason, source queue, SQS message id, receive
+// count), then deletes it. Without a dead-letter queue the message is made
+// visible again and left to the queue's redrive policy: it is received
+// again until maxReceiveCount moves it, or, without a redrive policy, until
+// its retention period ends.
+//
+// # Consumer groups through SNS
+//
+// With PublisherConfig.SNS the publisher sends PublishBatch requests (10 a
+// request, 256 KiB) to the SNS topic named like the queue. A subscriber with
+// a ConsumerGroup consumes queue "<topic>-<group>" subscribed to that SNS
+// topic with raw message delivery, so each group gets every message and
+// Watermill's consumer-group semantics hold. Subscriptions are made on
+// Subscribe or SubscribeInitialize; with Create, topics and queues are
+// created and the queue policy lets the topic send to the queue.
+//
+// # URLs
+//
+// The scheme "sqs" is registered for [transport.OpenPublisher] and
+// [transport.OpenSubscriber]:
+//
+//	sqs://                                   AWS, default configuration
+//	sqs://?region=eu-west-1&create=true
+//	sqs://test:test@127.0.0.1:4566?region=us-east-1   an emulator
+//	sqs://?endpoint=https://sqs.example.internal
+//
+// A host selects the endpoint http://host:port (https with secure=true);
+// user:password are static credentials. Parameters, both sides: region,
+// endpoint, secure, request_attempts, create, fifo, content_dedup,
+// max_message_size, dead_letter_queue, max_receive_count, sns. Publisher:
+// publish_concurrency. Subscriber: consumer_group, wait_time,
+// visibility_timeout, settle_interval and the pipeline's (concurrency,
+// buffer, max_attempts, retry_delay, …). Unknown parameters are rejected,
+// naming the accepted ones.
+//
+// # Counting requests
+//
+// [RequestCounter] counts API requests by operation (each attempt, as AWS
+// bills them) through ClientConfig.APIOptions, for benchmarks and metrics.
+package sqs

@@ -1,0 +1,299 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// maxDelay is SQS's largest per-message delay.
+const maxDelay = 15 * time.Minute
+
+// Publisher publishes Watermill messages to SQS queues (or, with
+// PublisherConfig.SNS, to SNS topics), in batch requests of up to 10.
+type Publisher struct {
+	cfg    PublisherConfig
+	api    API
+	sns    SNSAPI
+	queues *resolver
+	topics *topics
+	logger watermill.LoggerAdapter
+
+	mu     sync.RWMutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a publisher. The AWS configuration is loaded now
+// (see ClientConfig); queues are resolved on first use and cached.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	api, snsAPI, err := cfg.Client.clients(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return newPublisher(api, snsAPI, cfg, logger), nil
+}
+
+func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.LoggerAdapter) *Publisher {
+	cfg = cfg.WithDefaults()
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Publisher{
+		cfg:    cfg,
+		api:    api,
+		sns:    snsAPI,
+		queues: newResolver(api, cfg.Queue, 0),
+		topics: newTopics(snsAPI, cfg.Queue),
+		logger: logger,
+	}
+}
+
+// outgoing is one message ready to send.
+type outgoing struct {
+	msg   *message.Message
+	e     encoded
+	group string
+	dedup string
+	delay int32
+}
+
+// Publish sends msgs to topic's queue (or SNS topic) in batch requests of up
+// to 10 messages and MaxBatchBytes, up to PublishConcurrency at once (one at
+// a time on FIFO queues, to keep their order). Entries that fail on the
+// server side are sent again, up to SendAttempts. A message whose context is
+// done is not sent; a request is cancelled when the contexts of all its
+// messages are done. The error joins one error per message not sent, each
+// naming the message UUID.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return transport.ErrClosed
+	}
+	p.wg.Add(1)
+	p.mu.RUnlock()
+	defer p.wg.Done()
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx := msgs[0].Context()
+	if p.cfg.SNS {
+		return p.publishSNS(ctx, topic, msgs)
+	}
+	q, err := p.queues.resolve(ctx, p.cfg.Queue.name(topic), true)
+	if err != nil {
+		return fmt.Errorf("sqs: publish to %s: %w", topic, err)
+	}
+	outs, errs := p.prepare(topic, msgs, q.maxSize, q.fifo, true)
+	batches := pack(outs, p.cfg.MaxBatchBytes)
+	concurrency := p.cfg.PublishConcurrency
+	if q.fifo {
+		concurrency = 1
+	}
+	errs = append(errs, p.sendBatches(batches, concurrency, q.name, p.sendQueue(q))...)
+	return errors.Join(errs...)
+}
+
+// prepare encodes msgs; messages that cannot be sent get an error.
+func (p *Publisher) prepare(topic string, msgs []*message.Message, maxSize int, fifo, delayOK bool) ([]*outgoing, []error) {
+	outs := make([]*outgoing, 0, len(msgs))
+	var errs []error
+	fail := func(m *message.Message, err error) {
+		errs = append(errs, fmt.Errorf("sqs: publish %s to %s: %w", m.UUID, topic, err))
+	}
+	for _, m := range msgs {
+		if err := m.Context().Err(); err != nil {
+			fail(m, err)
+			continue
+		}
+		e, err := encode(m)
+		if err != nil {
+			fail(m, err)
+			continue
+		}
+		if e.size > maxSize {
+			fail(m, fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
+			continue
+		}
+		o := &outgoing{msg: m, e: e}
+		if v := m.Metadata.Get(MetadataDelay); v != "" {
+			d, err := parseDelay(v)
+			if err != nil {
+				fail(m, err)
+				continue
+			}
+			if d > 0 && (fifo || !delayOK) {
+				fail(m, fmt.Errorf("metadata %s: per-message delay is not supported on FIFO queues or SNS", MetadataDelay))
+				continue
+			}
+			o.delay = d
+		}
+		if fifo {
+			o.group = m.Metadata.Get(MetadataGroupID)
+			if o.group == "" {
+				o.group = topic
+			}
+			o.dedup = m.Metadata.Get(MetadataDeduplicationID)
+			if o.dedup == "" {
+				o.dedup = m.UUID
+			}
+		}
+		outs = append(outs, o)
+	}
+	return outs, errs
+}
+
+// parseDelay reads MetadataDelay: a Go duration or whole seconds.
+func parseDelay(v string) (int32, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, fmt.Errorf("metadata %s: %q is neither a duration (30s) nor seconds (30)", MetadataDelay, v)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d > maxDelay {
+		return 0, fmt.Errorf("metadata %s: %s is not within 0 to 15m", MetadataDelay, d)
+	}
+	return seconds(d, maxDelay), nil
+}
+
+// pack groups outs, in order, into batches of at most maxBatch messages and
+// maxBytes bytes.
+func pack(outs []*outgoing, maxBytes int) [][]*outgoing {
+	var (
+		batches [][]*outgoing
+		cur     []*outgoing
+		size    int
+	)
+	for _, o := range outs {
+		if len(cur) == maxBatch || (len(cur) > 0 && size+o.e.size > maxBytes) {
+			batches = append(batches, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, o)
+		size += o.e.size
+	}
+	if len(cur) > 0 {
+		batches = append(batches, cur)
+	}
+	return batches
+}
+
+// sendBatches sends the batches, at most concurrency at once, and returns
+// an error per message not sent.
+func (p *Publisher) sendBatches(batches [][]*outgoing, concurrency int, dest string, send sendFunc[*outgoing]) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, max(1, concurrency))
+	)
+	for _, b := range batches {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := allDone(b)
+			defer cancel()
+			res := runBatch(ctx, b, p.cfg.SendAttempts, send)
+			mu.Lock()
+			defer mu.Unlock()
+			for i, err := range res {
+				if err != nil {
+					errs = append(errs, fmt.Errorf("sqs: publish %s to %s: %w", b[i].msg.UUID, dest, err))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// allDone returns a context cancelled once the contexts of all messages in
+// b are done (never, if one of them can never be done).
+func allDone(b []*outgoing) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		left  atomic.Int64
+		stops []func() bool
+	)
+	left.Store(int64(len(b)))
+	for _, o := range b {
+		mctx := o.msg.Context()
+		if mctx.Done() == nil {
+			for _, stop := range stops {
+				stop()
+			}
+			return ctx, cancel
+		}
+		stops = append(stops, context.AfterFunc(mctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		}))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// sendQueue returns the sendFunc of SendMessageBatch to q.
+func (p *Publisher) sendQueue(q *queue) sendFunc[*outgoing] {
+	return func(ctx context.Context, b []*outgoing) ([]failure, error) {
+		in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(q.url), Entries: make([]types.SendMessageBatchRequestEntry, len(b))}
+		for i, o := range b {
+			e := types.SendMessageBatchRequestEntry{
+				Id:                positional(i),
+				MessageBody:       aws.String(o.e.body),
+				MessageAttributes: o.e.attrs,
+				DelaySeconds:      o.delay,
+			}
+			if o.group != "" {
+				e.MessageGroupId = aws.String(o.group)
+				e.MessageDeduplicationId = aws.String(o.dedup)
+			}
+			in.Entries[i] = e
+		}
+		out, err := p.api.SendMessageBatch(ctx, in)
+		if err != nil {
+			if isQueueMissing(err) {
+				p.queues.forget(q.name)
+				err = fmt.Errorf("%w: %w", transport.ErrQueueNotFound, err)
+			}
+			return nil, fmt.Errorf("sqs: SendMessageBatch: %w", err)
+		}
+		return failures("SendMessageBatch", out.Failed), nil
+	}
+}
+
+// Close waits for Publish calls in progress; later calls return
+// transport.ErrClosed. It is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}

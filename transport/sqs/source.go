@@ -1,0 +1,439 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// Source is the receive side of one SQS queue, driven by the shared
+// pipeline: Claim is one ReceiveMessage long poll, acks and nacks are
+// coalesced into DeleteMessageBatch and ChangeMessageVisibilityBatch
+// requests, and Renew is the visibility heartbeat. Subscriber opens one per
+// Subscribe call; it is exported for tools and tests that drive a queue
+// directly.
+type Source struct {
+	api    API
+	q      *queue
+	dlq    *queue // nil: leave dead letters to the queue's redrive policy
+	logger watermill.LoggerAdapter
+
+	wait       int32         // long-poll seconds
+	visibility int32         // seconds asked on receive and renew
+	visDur     time.Duration // visibility as a duration
+	attempts   int
+
+	deletes *batcher[string]
+	changes *batcher[visibility]
+
+	ctx    context.Context // for long polls; cancelled when Close gives up
+	cancel context.CancelFunc
+	polls  sync.WaitGroup // long polls, including abandoned ones
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ transport.Source     = (*Source)(nil)
+	_ transport.Renewer    = (*Source)(nil)
+	_ transport.ClaimSizer = (*Source)(nil)
+)
+
+// handle is a delivery's settlement token. It holds no payload.
+type handle struct {
+	receipt  string
+	groupID  string
+	dedupID  string
+	received int          // ApproximateReceiveCount
+	sentAt   string       // SentTimestamp, Unix ms
+	deadline atomic.Int64 // visibility end as far as we know, Unix ns
+}
+
+// rawMessage is a delivery's raw payload, dropped by the pipeline after Map.
+type rawMessage struct {
+	body  string
+	attrs map[string]types.MessageAttributeValue
+}
+
+// newSource opens the source of queue q; cfg has its defaults applied.
+func newSource(api API, q, dlq *queue, cfg SubscriberConfig, logger watermill.LoggerAdapter) *Source {
+	wait := int32(0)
+	if cfg.WaitTime > 0 {
+		wait = seconds(cfg.WaitTime, 20*time.Second)
+	}
+	vis := seconds(cfg.VisibilityTimeout, MaxVisibilityTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Source{
+		ctx:        ctx,
+		cancel:     cancel,
+		api:        api,
+		q:          q,
+		dlq:        dlq,
+		logger:     logger,
+		wait:       wait,
+		visibility: vis,
+		visDur:     time.Duration(vis) * time.Second,
+		attempts:   cfg.SettleAttempts,
+		// At most Concurrency callers settle at once: waiting for more
+		// than that would only add the interval to every settlement.
+		deletes: newBatcher(deleteSender(api, q.url), cfg.SettleInterval, cfg.SettleAttempts, cfg.Pipeline.Concurrency),
+		changes: newBatcher(visibilitySender(api, q.url), cfg.SettleInterval, cfg.SettleAttempts, cfg.Pipeline.Concurrency),
+	}
+}
+
+// MaxClaim is SQS's limit of messages per ReceiveMessage (10): the
+// pipeline launches waves of concurrent Claims, one per probe.
+func (s *Source) MaxClaim() int { return maxBatch }
+
+// QueueURL returns the URL of the queue the source consumes.
+func (s *Source) QueueURL() string { return s.q.url }
+
+// Claim receives at most min(10, max) messages with one ReceiveMessage long
+// poll. It returns an empty slice when the poll times out empty.
+func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, error) {
+	if s.closed.Load() {
+		return nil, transport.ErrClosed
+	}
+	n := int32(min(maxBatch, max(1, limit)))
+	start := time.Now()
+	// The poll runs on the source's context, not ctx: a long poll cancelled
+	// client-side may still take messages off the queue, invisible until
+	// their timeout. When ctx ends first, the poll is left to finish in the
+	// background and what it got is released at once (Close waits for it).
+	type result struct {
+		out *awssqs.ReceiveMessageOutput
+		err error
+	}
+	res := make(chan result, 1)
+	s.polls.Go(func() {
+		out, err := s.api.ReceiveMessage(s.ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(s.q.url),
+			MaxNumberOfMessages:         n,
+			WaitTimeSeconds:             s.wait,
+			VisibilityTimeout:           s.visibility,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		res <- result{out, err}
+	})
+	var r result
+	select {
+	case r = <-res:
+	case <-ctx.Done():
+		s.polls.Go(func() {
+			r := <-res
+			if r.err != nil || len(r.out.Messages) == 0 {
+				return
+			}
+			vs := make([]visibility, len(r.out.Messages))
+			for i, m := range r.out.Messages {
+				vs[i] = visibility{receipt: aws.ToString(m.ReceiptHandle)}
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), closeGrace)
+			defer cancel()
+			runBatch(rctx, vs, s.attempts, visibilitySender(s.api, s.q.url))
+		})
+		return nil, ctx.Err()
+	}
+	out, err := r.out, r.err
+	if err != nil {
+		if isQueueMissing(err) {
+			return nil, fmt.Errorf("sqs: receive %s: %w: %w", s.q.name, transport.ErrQueueNotFound, err)
+		}
+		return nil, fmt.Errorf("sqs: receive %s: %w", s.q.name, err)
+	}
+	deadline := start.Add(s.visDur).UnixNano()
+	ds := make([]*transport.Delivery, 0, len(out.Messages))
+	for _, m := range out.Messages {
+		h := &handle{
+			receipt: aws.ToString(m.ReceiptHandle),
+			groupID: m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+			dedupID: m.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
+			sentAt:  m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)],
+		}
+		h.received, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+		h.deadline.Store(deadline)
+		ds = append(ds, &transport.Delivery{
+			ID:      aws.ToString(m.MessageId),
+			Attempt: max(1, h.received),
+			Handle:  h,
+			Raw:     &rawMessage{body: aws.ToString(m.Body), attrs: m.MessageAttributes},
+		})
+	}
+	return ds, nil
+}
+
+// Map decodes the body and attributes into a Watermill message. The UUID
+// comes from AttributeUUID, or is the SQS message id for messages other
+// tools sent. Metadata gets MetadataSQSMessageID, MetadataReceiveCount,
+// MetadataSentTimestamp and, on FIFO queues, MetadataGroupID and
+// MetadataDeduplicationID. Undecodable attributes or body are an error
+// wrapping ErrUndecodable.
+func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
+	raw, ok := d.Raw.(*rawMessage)
+	if !ok {
+		return nil, fmt.Errorf("%w: delivery %s has no raw message", ErrUndecodable, d.ID)
+	}
+	h := d.Handle.(*handle)
+	dec, err := decode(raw.body, raw.attrs)
+	if err != nil {
+		return nil, err
+	}
+	id := dec.uuid
+	if id == "" {
+		id = d.ID
+	}
+	msg := message.NewMessage(id, dec.payload)
+	msg.Metadata = dec.metadata
+	msg.Metadata[MetadataSQSMessageID] = d.ID
+	msg.Metadata[MetadataReceiveCount] = strconv.Itoa(h.received)
+	if h.sentAt != "" {
+		msg.Metadata[MetadataSentTimestamp] = h.sentAt
+	}
+	if h.groupID != "" {
+		msg.Metadata[MetadataGroupID] = h.groupID
+	}
+	if h.dedupID != "" {
+		msg.Metadata[MetadataDeduplicationID] = h.dedupID
+	}
+	return msg, nil
+}
+
+// Begin costs no request while the visibility left outlasts the next
+// heartbeat (RenewInterval plus a tenth of the timeout): the receipt handle
+// is the lease. Otherwise (the message sat in the buffer) it extends the
+// visibility first. Once the visibility has expired it returns
+// transport.ErrLeaseLost, since the message may already be in another
+// consumer's hands (SQS may accept a stale receipt handle without effect,
+// so it is not asked).
+func (s *Source) Begin(ctx context.Context, d *transport.Delivery) error {
+	h := d.Handle.(*handle)
+	now := time.Now()
+	if !s.needsExtension(h, now) {
+		return nil
+	}
+	if !now.Before(time.Unix(0, h.deadline.Load())) {
+		return fmt.Errorf("sqs: message %s: visibility expired before processing: %w", d.ID, transport.ErrLeaseLost)
+	}
+	if err := s.changes.do(ctx, visibility{receipt: h.receipt, timeout: s.visibility}); err != nil {
+		return fmt.Errorf("sqs: extend visibility of %s: %w", d.ID, err)
+	}
+	h.deadline.Store(now.Add(s.visDur).UnixNano())
+	return nil
+}
+
+// needsExtension reports whether h's visibility may end before the next
+// heartbeat reaches it.
+func (s *Source) needsExtension(h *handle, now time.Time) bool {
+	return time.Unix(0, h.deadline.Load()).Sub(now) < s.RenewInterval()+s.visDur/10
+}
+
+// Complete deletes the message, coalesced with other acks into
+// DeleteMessageBatch requests.
+func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
+	h := d.Handle.(*handle)
+	if err := s.deletes.do(ctx, h.receipt); err != nil {
+		return fmt.Errorf("sqs: delete %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+// Retry sets the message's visibility timeout to delay (rounded up to
+// seconds, at most 12h), coalesced into ChangeMessageVisibilityBatch
+// requests; SQS redelivers it then with ApproximateReceiveCount + 1.
+func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+	h := d.Handle.(*handle)
+	if err := s.changes.do(ctx, visibility{receipt: h.receipt, timeout: seconds(delay, MaxVisibilityTimeout)}); err != nil {
+		return fmt.Errorf("sqs: retry %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+// Release makes the messages visible at once (visibility 0), in batch
+// requests, so other consumers get them without waiting for the timeout.
+// SQS still counts the receive in ApproximateReceiveCount.
+func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	vs := make([]visibility, len(ds))
+	for i, d := range ds {
+		vs[i] = visibility{receipt: d.Handle.(*handle).receipt}
+	}
+	errs := runBatch(ctx, vs, s.attempts, visibilitySender(s.api, s.q.url))
+	return joinEntryErrors("release", ds, errs)
+}
+
+// RenewInterval is 70% of the visibility timeout.
+func (s *Source) RenewInterval() time.Duration { return s.visDur * 7 / 10 }
+
+// Renew extends the visibility of those of ds whose visibility may end
+// before the next heartbeat (the others cost nothing), in
+// ChangeMessageVisibilityBatch requests. A delivery whose visibility already
+// expired, or whose receipt handle SQS rejects, is reported with an error
+// wrapping transport.ErrLeaseLost (joined with the others).
+func (s *Source) Renew(ctx context.Context, ds []*transport.Delivery) error {
+	now := time.Now()
+	var (
+		live []*transport.Delivery
+		errs []error
+	)
+	for _, d := range ds {
+		h := d.Handle.(*handle)
+		switch {
+		case !now.Before(time.Unix(0, h.deadline.Load())):
+			errs = append(errs, fmt.Errorf("sqs: renew %s: visibility expired: %w", d.ID, transport.ErrLeaseLost))
+		case s.needsExtension(h, now):
+			live = append(live, d)
+		}
+	}
+	if len(live) > 0 {
+		vs := make([]visibility, len(live))
+		for i, d := range live {
+			vs[i] = visibility{receipt: d.Handle.(*handle).receipt, timeout: s.visibility}
+		}
+		res := runBatch(ctx, vs, s.attempts, visibilitySender(s.api, s.q.url))
+		deadline := now.Add(s.visDur).UnixNano()
+		for i, d := range live {
+			if res[i] == nil {
+				d.Handle.(*handle).deadline.Store(deadline)
+			}
+		}
+		if err := joinEntryErrors("renew", live, res); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeadLetter sends the message to the dead-letter queue, with
+// AttributeDeadLetter holding the reason, then deletes it. Without a
+// dead-letter queue it makes the message visible again and leaves it to the
+// queue's redrive policy (maxReceiveCount); a queue without one redelivers
+// it until its retention period ends.
+func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *message.Message, reason string) error {
+	h := d.Handle.(*handle)
+	if s.dlq == nil {
+		s.logger.Info("Dead letter left to the queue's redrive policy", watermill.LogFields{
+			"queue": s.q.name, "sqs_message_id": d.ID, "reason": reason,
+		})
+		if err := s.changes.do(ctx, visibility{receipt: h.receipt}); err != nil {
+			return fmt.Errorf("sqs: dead-letter %s: release to redrive policy: %w", d.ID, err)
+		}
+		return nil
+	}
+	info := map[string]any{
+		"reason":        reason,
+		"queue":         s.q.name,
+		"message_id":    d.ID,
+		"receive_count": h.received,
+	}
+	var (
+		body  string
+		attrs map[string]types.MessageAttributeValue
+	)
+	if msg != nil {
+		e, err := encodeReserve(msg, 1)
+		if err != nil {
+			return fmt.Errorf("sqs: dead-letter %s: %w", d.ID, err)
+		}
+		body, attrs = e.body, e.attrs
+	} else if raw, ok := d.Raw.(*rawMessage); ok {
+		body = raw.body
+		attrs = make(map[string]types.MessageAttributeValue, MaxAttributes)
+		names := slices.Sorted(maps.Keys(raw.attrs))
+		var overflow []string
+		for _, n := range names {
+			if len(attrs) < MaxAttributes-1 && n != AttributeDeadLetter {
+				attrs[n] = raw.attrs[n]
+			} else {
+				overflow = append(overflow, n)
+			}
+		}
+		if len(overflow) > 0 {
+			info["dropped_attributes"] = overflow
+		}
+	}
+	b, _ := json.Marshal(info)
+	attrs[AttributeDeadLetter] = strAttr(string(b))
+	in := &awssqs.SendMessageInput{QueueUrl: aws.String(s.dlq.url), MessageBody: aws.String(body), MessageAttributes: attrs}
+	if s.dlq.fifo {
+		g := h.groupID
+		if g == "" {
+			g = "berth-dead-letter"
+		}
+		in.MessageGroupId = aws.String(g)
+		in.MessageDeduplicationId = aws.String(d.ID)
+	}
+	if _, err := s.api.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("sqs: dead-letter %s: send to %s: %w", d.ID, s.dlq.name, err)
+	}
+	if err := s.deletes.do(ctx, h.receipt); err != nil {
+		return fmt.Errorf("sqs: dead-letter %s: delete: %w", d.ID, err)
+	}
+	return nil
+}
+
+// Close flushes the waiting acks and nacks and waits for their requests
+// and for long polls abandoned by a cancelled Claim (until ctx is done). Messages still in flight are left to their visibility
+// timeout. It is idempotent.
+func (s *Source) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		// The final flush runs on the batchers' own context; ctx bounds the
+		// wait, with a short grace when it is already done.
+		wctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
+			defer cancel()
+		}
+		s.closeErr = errors.Join(s.deletes.close(wctx), s.changes.close(wctx))
+		// Abandoned long polls finish within WaitTime and release what they
+		// got; past ctx they are cancelled (their messages then wait for
+		// the visibility timeout).
+		done := make(chan struct{})
+		go func() {
+			s.polls.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-wctx.Done():
+			s.cancel()
+			<-done
+		}
+		s.cancel()
+	})
+	return s.closeErr
+}
+
+// closeGrace bounds the final flush when Close gets a context already done.
+const closeGrace = 5 * time.Second
+
+func joinEntryErrors(op string, ds []*transport.Delivery, errs []error) error {
+	var out []error
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Errorf("sqs: %s %s: %w", op, ds[i].ID, err))
+		}
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,102 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+// NewSubscriber returns a Watermill subscriber over SQS: each
+// Subscribe(ctx, topic) opens a Source on the topic's queue (or, with a
+// ConsumerGroup, on queue "<topic>-<group>" subscribed to the SNS topic) and
+// runs the shared receive pipeline over it. The AWS configuration is loaded
+// now (see ClientConfig); queues are resolved on first use and cached.
+// SubscribeInitialize creates (with Queue.Create) and subscribes the queue
+// without consuming.
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	api, snsAPI, err := cfg.Client.clients(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return newSubscriber(api, snsAPI, cfg, logger)
+}
+
+// opener resolves the queues of a subscriber's topics.
+type opener struct {
+	api    API
+	cfg    SubscriberConfig // defaults applied
+	queues *resolver
+	topics *topics
+	logger watermill.LoggerAdapter
+}
+
+func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	cfg = cfg.WithDefaults()
+	o := &opener{
+		api:    api,
+		cfg:    cfg,
+		queues: newResolver(api, cfg.Queue, seconds(cfg.VisibilityTimeout, MaxVisibilityTimeout)),
+		topics: newTopics(snsAPI, cfg.Queue),
+		logger: logger,
+	}
+	return transport.NewSubscriber(o.open, transport.SubscriberConfig{
+		Pipeline:    cfg.Pipeline,
+		NewReceiver: receiver.New,
+		Logger:      logger,
+		Initialize: func(topic string) error {
+			_, _, err := o.prepare(context.Background(), topic)
+			return err
+		},
+		Name: o.queueName,
+	})
+}
+
+// queueName is the queue a topic is consumed from.
+func (o *opener) queueName(topic string) string {
+	if o.cfg.ConsumerGroup != "" {
+		return o.cfg.Queue.name(topic + "-" + o.cfg.ConsumerGroup)
+	}
+	return o.cfg.Queue.name(topic)
+}
+
+// prepare resolves (or creates) the topic's queue and dead-letter queue and,
+// in SNS mode, subscribes the queue to the SNS topic.
+func (o *opener) prepare(ctx context.Context, topic string) (q, dlq *queue, err error) {
+	q, err = o.queues.resolve(ctx, o.queueName(topic), true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.cfg.Queue.DeadLetterQueue != "" {
+		if dlq, err = o.queues.resolve(ctx, o.queues.dlqName(), false); err != nil {
+			return nil, nil, fmt.Errorf("sqs: dead-letter queue: %w", err)
+		}
+	}
+	if o.cfg.SNS || o.cfg.ConsumerGroup != "" {
+		arn, err := o.topics.resolve(ctx, o.cfg.Queue.name(topic))
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := o.topics.subscribe(ctx, o.api, arn, q); err != nil {
+			return nil, nil, err
+		}
+	}
+	return q, dlq, nil
+}
+
+func (o *opener) open(ctx context.Context, topic string) (transport.Source, error) {
+	q, dlq, err := o.prepare(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return newSource(o.api, q, dlq, o.cfg, o.logger), nil
+}

@@ -1,0 +1,84 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
+)
+
+func init() { transport.Register("sqs", driver{}) }
+
+// driver opens sqs:// URLs; see the package documentation, "# URLs".
+type driver struct{}
+
+// parseClient reads the parts of u shared by publishers and subscribers.
+func parseClient(u *url.URL, p *urlparam.Params, c *ClientConfig, q *QueueConfig) {
+	if u.Path != "" && u.Path != "/" {
+		p.Fail("path", "sqs URLs take no path, got %q (queues are named by topic)", u.Path)
+	}
+	secure := p.Bool("secure", false)
+	endpoint := p.String("endpoint", "")
+	if u.Host != "" {
+		if endpoint != "" {
+			p.Fail("endpoint", "given together with a host (%s); use one", u.Host)
+		}
+		scheme := "http"
+		if secure {
+			scheme = "https"
+		}
+		endpoint = scheme + "://" + u.Host
+	} else if endpoint != "" {
+		if e, err := url.Parse(endpoint); err != nil || e.Scheme == "" || e.Host == "" {
+			p.Fail("endpoint", "%q is not an absolute URL such as http://127.0.0.1:4566", endpoint)
+		}
+	}
+	c.Endpoint = endpoint
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		c.Credentials = credentials.NewStaticCredentialsProvider(u.User.Username(), pw, "")
+	}
+	c.Region = p.String("region", "")
+	c.RequestAttempts = p.Int("request_attempts", 0, 1, 100)
+
+	q.Create = p.Bool("create", false)
+	q.FIFO = p.Bool("fifo", false)
+	q.ContentBasedDeduplication = p.Bool("content_dedup", false)
+	q.MaximumMessageSize = p.Int("max_message_size", 0, 1024, 1<<20)
+	q.DeadLetterQueue = p.String("dead_letter_queue", "")
+	q.MaxReceiveCount = p.Int("max_receive_count", 0, -1, 1000)
+}
+
+func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {
+	p := urlparam.New(u.Query())
+	var cfg PublisherConfig
+	parseClient(u, p, &cfg.Client, &cfg.Queue)
+	cfg.SNS = p.Bool("sns", false)
+	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
+	}
+	return NewPublisher(cfg, o.Logger)
+}
+
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (message.Subscriber, error) {
+	p := urlparam.New(u.Query())
+	var cfg SubscriberConfig
+	parseClient(u, p, &cfg.Client, &cfg.Queue)
+	cfg.SNS = p.Bool("sns", false)
+	cfg.ConsumerGroup = p.String("consumer_group", "")
+	cfg.WaitTime = p.Duration("wait_time", 0, -1, 20*time.Second)
+	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Second, MaxVisibilityTimeout)
+	cfg.SettleInterval = p.Duration("settle_interval", 0, -1, time.Minute)
+	cfg.Pipeline.ParseURL(p)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
+	}
+	return NewSubscriber(cfg, o.Logger)
+}
