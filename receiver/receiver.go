@@ -91,6 +91,8 @@ func New(p transport.ReceiverParams) (transport.Receiver, error) {
 		pending:   pending,
 		onChange:  p.OnChange,
 		logger:    logger,
+		name:      p.Name,
+		obs:       cfg.Observer,
 		permits:   make(chan struct{}, cfg.Concurrency),
 		holding:   map[*transport.Delivery]struct{}{},
 		avail:     make(chan struct{}, 1),

@@ -180,3 +180,58 @@ func TestCloseReleasesBufferAndHandsBackInFlight(t *testing.T) {
 		t.Fatal("closed receiver reports free space")
 	}
 }
+
+type recordingObserver struct {
+	transport.NopObserver
+	mu       sync.Mutex
+	outcomes map[string]transport.Outcome
+	names    []string
+}
+
+func (o *recordingObserver) Delivering(ctx context.Context, name string, msg *message.Message) (context.Context, func(transport.Outcome)) {
+	o.mu.Lock()
+	o.names = append(o.names, name)
+	o.mu.Unlock()
+	return ctx, func(out transport.Outcome) {
+		o.mu.Lock()
+		o.outcomes[msg.UUID] = out
+		o.mu.Unlock()
+	}
+}
+
+func TestObserverSeesEveryOutcome(t *testing.T) {
+	src := newGateSource()
+	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
+	out := make(chan *message.Message)
+	r, err := receiver.New(transport.ReceiverParams{Source: src, Out: out, Name: "orders",
+		Config: transport.PipelineConfig{Concurrency: 1, MaxAttempts: 2, Observer: obs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(context.Background())
+	r.Push([]*transport.Delivery{{ID: "a", Raw: "x"}, {ID: "b", Raw: "x"}, {ID: "c", Attempt: 1, Raw: "x"}})
+	recv(t, out).Ack()
+	recv(t, out).Nack()
+	recv(t, out).Nack() // attempt 2 of 2: dead-lettered
+	want := map[string]transport.Outcome{"a": transport.OutcomeAcked, "b": transport.OutcomeNacked, "c": transport.OutcomeDeadLettered}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		obs.mu.Lock()
+		done := len(obs.outcomes) == 3
+		obs.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	for id, w := range want {
+		if obs.outcomes[id] != w {
+			t.Errorf("%s: outcome %v, want %v", id, obs.outcomes[id], w)
+		}
+	}
+	if len(obs.names) != 3 || obs.names[0] != "orders" {
+		t.Errorf("listener names %v", obs.names)
+	}
+}

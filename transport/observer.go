@@ -32,7 +32,7 @@ func (o Outcome) String() string {
 }
 
 // An Observer receives the pipeline's events, for metrics and tracing
-// (package otel implements one over OpenTelemetry). Methods are called on
+// (package telemetry implements one over OpenTelemetry). Methods are called on
 // hot paths: they must be fast and safe for concurrent use. A panicking
 // observer is recovered and ignored; it never faults the pipeline.
 type Observer interface {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,8 +22,9 @@ import (
 	_ "github.com/berth-go/berth/transport/all"
 )
 
-// defaultURL is the embedded default transport of the demo.
-const defaultURL = "mem://demo"
+// The demo's embedded default is SQLite in a fresh temporary file (removed
+// afterwards); --url picks any other transport.
+const embeddedDefault = "sqlite (temporary file)"
 
 type demoOptions struct {
 	url      string
@@ -36,7 +39,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("berth demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demoOptions
-	fs.StringVar(&o.url, "url", defaultURL, "transport URL (mem://, sqlite://, postgres://, sqlserver://, sqs://)")
+	fs.StringVar(&o.url, "url", "", "transport URL (mem://, sqlite:///path.db, postgres://, sqlserver://, sqs://); default: "+embeddedDefault)
 	fs.IntVar(&o.messages, "messages", 200, "orders to publish")
 	fs.Float64Var(&o.rate, "rate", 500, "orders published per second")
 	fs.Float64Var(&o.fail, "fail", 0.1, "probability that the handler fails an attempt (nack and retry)")
@@ -56,6 +59,14 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--rate must be > 0")
 	case o.fail < 0 || o.fail >= 1:
 		return errors.New("--fail must be in [0, 1)")
+	}
+	if o.url == "" {
+		dir, err := os.MkdirTemp("", "berth-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.url = "sqlite://" + filepath.Join(dir, "demo.db")
 	}
 	return runDemo(ctx, o, stdout)
 }

@@ -331,7 +331,7 @@ func (s *Source) Renew(ctx context.Context, ds []*transport.Delivery) error {
 func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *message.Message, reason string) error {
 	h := d.Handle.(*handle)
 	if s.dlq == nil {
-		s.logger.Info("Dead letter left to the queue's redrive policy", watermill.LogFields{
+		s.logger.Debug("Dead letter left to the queue's redrive policy", watermill.LogFields{
 			"queue": s.q.name, "sqs_message_id": d.ID, "reason": reason,
 		})
 		if err := s.changes.do(ctx, visibility{receipt: h.receipt}); err != nil {

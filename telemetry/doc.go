@@ -1,0 +1,60 @@
+// Package telemetry instruments Berth with OpenTelemetry: a consumer span
+// per message continuing the producer's trace, a publisher decorator that
+// propagates the W3C trace context through message metadata, a batch span
+// helper, and metrics through the OpenTelemetry metric API only. The SDK,
+// exporters and sampling stay the application's choice; nothing here is on
+// a transport's hot path unless configured, and the transports do not
+// import this package.
+//
+// docs/observability.md lists every span, attribute and metric with its
+// unit, and example dashboard queries.
+//
+// # Wiring
+//
+// One Config serves the consumer and the producer side. Its zero value uses
+// the global providers (otel.GetTracerProvider, otel.GetMeterProvider) and
+// the global propagator, or W3C Trace Context when none is installed:
+//
+//	cfg := telemetry.Config{System: "aws_sqs"} // or TracerProvider/MeterProvider
+//	obs, err := telemetry.NewObserver(cfg)
+//	...
+//	subCfg.Pipeline.Observer = obs             // any transport's SubscriberConfig
+//	sub, err := sqs.NewSubscriber(subCfg, logger)
+//	pub := telemetry.Publisher(rawPub, cfg)
+//	reg, err := telemetry.RegisterSubscriber(meter, "orders", sub)
+//
+// # Traces
+//
+// Publisher starts a producer "send <topic>" span per Publish call, a child
+// of the first message's Context(), and injects the trace context into each
+// message's metadata (traceparent, and tracestate when not empty: two keys,
+// within SQS's limit of ten message attributes, which the SQS transport
+// enforces by packing overflow into one attribute). A batch Publish also
+// gets a "create <topic>" span per message, linked from the send span.
+//
+// The Observer starts a consumer "process <listener>" span when the
+// pipeline delivers a message: a child of the extracted producer context, or
+// with Config.Link a new trace linked to it. The span is in the message's
+// Context() for the handler, and ends when the message is acked (status
+// unset), nacked or dead-lettered (status error), or abandoned at shutdown.
+// StartBatchSpan starts one span for a batch handler, linked to every
+// member's context.
+//
+// # Metrics
+//
+// The Observer counts claimed, settled (by outcome) and dead-lettered
+// messages, receive waves and probes (empty receives included), faults and
+// rebuilds, and records wave sizes, handler durations and end-to-end
+// latency (publish time to ack, from transport.MetadataPublishedAt, which
+// Publisher sets). RegisterSubscriber adds per-listener gauges read from
+// ListenerStates (queue count, batch pending, latched, faulted, status);
+// RegisterRoundTripper reports broker round trips by operation. Attributes
+// are bounded: system, destination (listener or topic), operation, outcome,
+// result, fault stage. Message ids appear on spans, never on metrics.
+//
+// # Logging
+//
+// Logging is not this package's concern: every transport takes a Watermill
+// watermill.LoggerAdapter (nil discards), and watermill.NewSlogLogger adapts
+// a *slog.Logger.
+package telemetry

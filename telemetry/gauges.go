@@ -1,0 +1,132 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// ListenerStater is what RegisterSubscriber reads: every Berth subscriber
+// (*transport.Subscriber, and the transports' subscribers that embed it)
+// implements it.
+type ListenerStater interface {
+	ListenerStates() []transport.ListenerState
+}
+
+// RegisterSubscriber registers observable gauges that report each running
+// listener of sub at every collection: queue count, buffered, in flight,
+// batch pending, latched, faulted and status (see docs/observability.md).
+// Each observation carries berth.subscriber = name and
+// messaging.destination.name = the listener's name. A nil meter means the
+// global meter provider's meter for ScopeName. Unregister the returned
+// registration when the subscriber is closed.
+func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (metric.Registration, error) {
+	if sub == nil {
+		return nil, fmt.Errorf("telemetry: RegisterSubscriber: %w: sub: required", transport.ErrInvalidConfig)
+	}
+	meter = meterOrGlobal(meter)
+	var errs []error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	queue := gauge(MetricQueueCount, "{message}", "Messages the listener holds: buffered + in flight + batch pending.")
+	buffered := gauge(MetricBuffered, "{message}", "Claimed messages waiting for a concurrency permit.")
+	inFlight := gauge(MetricInFlight, "{message}", "Messages delivered to the handler and not yet settled.")
+	pending := gauge(MetricBatchPending, "{message}", "Messages held by batching stages and not yet settled.")
+	latched := gauge(MetricLatched, "{listener}", "1 when back-pressure holds the listener's receive loop, else 0.")
+	faulted := gauge(MetricFaulted, "{listener}", "1 while the listener's receiver is faulted, else 0.")
+	status := gauge(MetricStatus, "{listener}", "1 for the listener's current status (berth.listener.status).")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("telemetry: creating gauges: %w", err)
+	}
+	subAttr := AttrSubscriber.String(name)
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range sub.ListenerStates() {
+			attrs := attribute.NewSet(subAttr, keyDestination.String(s.Name))
+			opt := metric.WithAttributeSet(attrs)
+			o.ObserveInt64(queue, int64(s.QueueCount), opt)
+			o.ObserveInt64(buffered, int64(s.Buffered), opt)
+			o.ObserveInt64(inFlight, int64(s.InFlight), opt)
+			o.ObserveInt64(pending, int64(s.BatchPending), opt)
+			o.ObserveInt64(latched, boolInt(s.Latched), opt)
+			o.ObserveInt64(faulted, boolInt(s.Faulted), opt)
+			o.ObserveInt64(status, 1, metric.WithAttributes(subAttr, keyDestination.String(s.Name), AttrStatus.String(s.Status.String())))
+		}
+		return nil
+	}, queue, buffered, inFlight, pending, latched, faulted, status)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: registering gauges: %w", err)
+	}
+	return reg, nil
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A RoundTripper counts requests to the broker by operation: SQS API
+// requests by API name (ReceiveMessage, DeleteMessageBatch, …), SQL
+// statements by kind (claim, complete, …). Counts are cumulative. Sources,
+// subscribers and publishers may implement it; RoundTripFunc adapts any
+// function, such as (*sqs.RequestCounter).Counts.
+type RoundTripper interface {
+	RoundTrips() map[string]int64
+}
+
+// RoundTripFunc adapts a function to RoundTripper.
+type RoundTripFunc func() map[string]int64
+
+// RoundTrips implements RoundTripper.
+func (f RoundTripFunc) RoundTrips() map[string]int64 { return f() }
+
+// RegisterRoundTripper registers the observable counter
+// berth.client.round_trips, reporting rt's counts at every collection with
+// berth.client = name and berth.operation = the operation. A nil meter
+// means the global meter provider's meter for ScopeName.
+func RegisterRoundTripper(meter metric.Meter, name string, rt RoundTripper) (metric.Registration, error) {
+	if rt == nil {
+		return nil, fmt.Errorf("telemetry: RegisterRoundTripper: %w: rt: required", transport.ErrInvalidConfig)
+	}
+	meter = meterOrGlobal(meter)
+	c, err := meter.Int64ObservableCounter(MetricRoundTrips, metric.WithUnit("{request}"),
+		metric.WithDescription("Requests sent to the broker (SQS API requests, SQL statements), by operation."))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: creating round-trip counter: %w", err)
+	}
+	client := AttrClient.String(name)
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		counts := rt.RoundTrips()
+		ops := make([]string, 0, len(counts))
+		for op := range counts {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		for _, op := range ops {
+			o.ObserveInt64(c, counts[op], metric.WithAttributes(client, AttrOperation.String(op)))
+		}
+		return nil
+	}, c)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: registering round-trip counter: %w", err)
+	}
+	return reg, nil
+}
+
+func meterOrGlobal(m metric.Meter) metric.Meter {
+	if m != nil {
+		return m
+	}
+	return otel.GetMeterProvider().Meter(ScopeName, metric.WithSchemaURL(schemaURL))
+}

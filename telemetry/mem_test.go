@@ -1,0 +1,51 @@
+package telemetry_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/telemetry"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/mem"
+)
+
+// countingPublisher counts Publish calls: the mem transport's "round trips".
+type countingPublisher struct {
+	message.Publisher
+	mu sync.Mutex
+	n  int64
+}
+
+func (p *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+func (p *countingPublisher) RoundTrips() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return map[string]int64{"publish": p.n}
+}
+
+var memBackend = backend{
+	system: "berth_mem",
+	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
+		b := mem.NewBroker()
+		pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: b}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: b, Pipeline: pcfg}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := &countingPublisher{Publisher: pub}
+		return cp, sub, cp
+	},
+}
+
+func TestMem(t *testing.T) { runSuite(t, memBackend) }
