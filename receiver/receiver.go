@@ -384,11 +384,9 @@ func (r *Receiver) process(d *transport.Delivery) {
 	if d.ID != "" {
 		msg.Metadata.Set(transport.MetadataMessageID, d.ID)
 	}
-	detached := make(chan struct{})
-	var detachOnce sync.Once
-	tracker := transport.NewTracker(r.pending, func() {
-		detachOnce.Do(func() { close(detached) })
-	})
+	// Entering a batch frees the permit at once: the message now counts as
+	// batch pending, not in flight.
+	tracker := transport.NewTracker(r.pending, freePermit)
 	msgCtx, cancelMsg := context.WithCancel(transport.WithTracker(r.base, tracker))
 	defer cancelMsg()
 	var finish func(transport.Outcome)
@@ -421,7 +419,6 @@ func (r *Receiver) process(d *transport.Delivery) {
 	}
 
 	// Await settlement.
-	detachedCh := (<-chan struct{})(detached)
 	for {
 		select {
 		case <-msg.Acked():
@@ -433,9 +430,6 @@ func (r *Receiver) process(d *transport.Delivery) {
 			cancelMsg()
 			outcome = r.nack(d, msg)
 			return
-		case <-detachedCh:
-			freePermit() // now counted as batch pending by the listener
-			detachedCh = nil
 		case <-r.abandon:
 			cancelMsg()
 			r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": d.ID})

@@ -1,0 +1,85 @@
+// Package batching hands Watermill messages to a handler in batches, with
+// acks held until each batch has ended and with the batch's members counted
+// by the listener they came from, so back-pressure sees them.
+//
+// Watermill has no batch-consume API. The usual way to add one drains
+// messages out of the subscriber's bounded buffer into a stage the
+// subscriber cannot see: its depth reads zero, it keeps fetching, and
+// memory grows without bound. A Berth listener counts what batching holds.
+//
+// # Batches
+//
+// A batch collects members until it holds Config.MaxSize of them or
+// Config.MaxWait has passed since its first member arrived, then it is
+// handed to a BatchFunc. With Config.Key each key has its own open batch.
+// Config.Concurrency bounds the batches handled at once; a full batch waits
+// for a slot without taking new members. Batches are not ordered among
+// themselves; within a batch, members are in arrival order.
+//
+// # Outcomes
+//
+// Every member is acked or nacked exactly once, when its batch ends, never
+// before: a crash while a batch is open or running loses nothing, the
+// broker redelivers. The BatchFunc decides:
+//
+//   - nil: every member is acked;
+//   - a *PartialError (see Fail), possibly wrapped: the members it names
+//     are nacked with their own errors, the others acked;
+//   - any other error, or a panic: every member is nacked.
+//
+// A member whose message context is done before its batch runs (a router
+// timeout middleware, a subscriber giving up on the message, as a Berth
+// subscriber does when it closes after its DrainTimeout) is taken out
+// of the batch and nacked with ErrDiscarded; it is not handed to the
+// BatchFunc. Once a batch runs, its members stay.
+//
+// # Router
+//
+// Handler.Handle is a message.NoPublishHandlerFunc. The Watermill router
+// calls it once per message in its own goroutine and acks or nacks the
+// message when it returns; Handle returns when the message's batch has
+// ended, with the message's own outcome. Router middleware wraps each
+// member, not the batch: a Retry middleware re-enters a failed member into a
+// later batch, a Timeout middleware bounds how long a member may wait.
+//
+// Consume is the same without a router: it reads a Subscribe channel and
+// acks or nacks each member itself.
+//
+// Both work over any Watermill subscriber.
+//
+// # Pending counts
+//
+// A message delivered by a Berth subscriber carries a tracker in its
+// context. When it enters a batch, transport.EnterBatch adds one to the
+// pending count of the listener it came from and frees its concurrency
+// permit: it now counts as batch pending instead of in flight, and the
+// listener's QueueCount (buffered + in flight + batch pending) still holds
+// it. When its batch ends — success, failure, partial failure, discard,
+// shutdown — the count is settled exactly once, before the outcome is
+// delivered. A batch may mix members of several listeners; each is settled
+// against its own. Messages without a tracker (published in-process, or from
+// a non-Berth subscriber) are batched the same way and counted nowhere.
+//
+// Back-pressure is the listener's: above PipelineConfig.MaxQueue it stops
+// fetching and reports transport.StatusTooBusy, and it resumes at
+// RestartQueue. So with a BatchFunc slower than arrivals, what batching
+// holds stays bounded by the listener's limits.
+//
+// # Shutdown
+//
+// Handler.Close stops taking members, hands every open batch to the
+// BatchFunc at once (or nacks its members, with Config.NackOnClose) and
+// waits until every batch has ended. The final flush runs with a context
+// that is not cancelled unless Close's own context ends first; then running
+// batches see their context cancelled and batches still waiting for a slot
+// are nacked without running. No member is ever both handled and nacked
+// for redelivery by the batcher.
+//
+// Close the router before the Handler: the router stops delivering and waits
+// for its running Handle calls, which end with their batches. Watermill's
+// Router.Close can return while one handler call it started last is still
+// waiting in an open batch; Handler.Close then flushes it.
+//
+// Consume does the same when its context is done or its channel closes,
+// bounding the final flush with Config.FlushTimeout.
+package batching

@@ -1,0 +1,188 @@
+package batching_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/transport"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeClock is a transport.Clock whose timers fire only on Advance.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// Waiters is the number of timers not yet fired.
+func (c *fakeClock) Waiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	clear(c.waiters[len(kept):])
+	c.waiters = kept
+}
+
+// eventually waits until cond holds, failing the test after 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// listener is the part of a Berth listener a batching stage sees: its
+// pending counter, and how many permits its receiver had detached.
+type listener struct {
+	pending  *transport.Pending
+	mu       sync.Mutex
+	detached int
+}
+
+func newListener() *listener {
+	l := &listener{}
+	l.pending = transport.NewPending(nil)
+	return l
+}
+
+func (l *listener) Detached() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.detached
+}
+
+// msg returns a message delivered by l, with a tracker in its context as
+// the receiver attaches it.
+func (l *listener) msg(payload string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	tr := transport.NewTracker(l.pending, func() {
+		l.mu.Lock()
+		l.detached++
+		l.mu.Unlock()
+	})
+	m.SetContext(transport.WithTracker(context.Background(), tr))
+	return m
+}
+
+// localMsg is a message published in-process: no tracker.
+func localMsg(payload string) *message.Message {
+	return message.NewMessage(watermill.NewUUID(), []byte(payload))
+}
+
+// outcome reports whether m was acked, nacked, or neither.
+func outcome(m *message.Message) string {
+	select {
+	case <-m.Acked():
+		return "ack"
+	default:
+	}
+	select {
+	case <-m.Nacked():
+		return "nack"
+	default:
+	}
+	return "none"
+}
+
+// recorder is a BatchFunc that records batches and can be held.
+type recorder struct {
+	mu      sync.Mutex
+	batches [][]string
+	ctxErrs []error
+	gate    chan struct{} // when non-nil, every call waits for a receive
+	result  func(msgs []*message.Message) error
+}
+
+func (r *recorder) fn(ctx context.Context, msgs []*message.Message) error {
+	payloads := make([]string, len(msgs))
+	for i, m := range msgs {
+		payloads[i] = string(m.Payload)
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, payloads)
+	r.ctxErrs = append(r.ctxErrs, ctx.Err())
+	gate := r.gate
+	r.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if r.result != nil {
+		return r.result(msgs)
+	}
+	return nil
+}
+
+func (r *recorder) Batches() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]string(nil), r.batches...)
+}
+
+func (r *recorder) Calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.batches)
+}
+
+// handleAsync calls h.Handle(m) in a goroutine, as the router does, and
+// returns a channel with its result.
+func handleAsync(h interface{ Handle(*message.Message) error }, m *message.Message) <-chan error {
+	out := make(chan error, 1)
+	go func() { out <- h.Handle(m) }()
+	return out
+}
