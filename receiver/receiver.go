@@ -43,7 +43,8 @@ type Receiver struct {
 	closed  bool
 	avail   chan struct{} // cap 1: the buffer got an item
 
-	inflight atomic.Int64
+	inflight   atomic.Int64
+	dispatched atomic.Int64
 	fault    atomic.Pointer[transport.Fault]
 
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
@@ -153,6 +154,9 @@ func (r *Receiver) Buffered() int {
 
 // InFlight implements transport.Receiver.
 func (r *Receiver) InFlight() int { return int(r.inflight.Load()) }
+
+// Dispatched implements transport.Receiver.
+func (r *Receiver) Dispatched() int64 { return r.dispatched.Load() }
 
 // Fault implements transport.Receiver.
 func (r *Receiver) Fault() *transport.Fault { return r.fault.Load() }
@@ -312,6 +316,7 @@ func (r *Receiver) take() *transport.Delivery {
 				r.buf = nil // let the backing array go
 			}
 			r.inflight.Add(1)
+			r.dispatched.Add(1)
 			r.mu.Unlock()
 			r.changed()
 			return d

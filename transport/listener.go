@@ -599,9 +599,11 @@ func (l *Listener) watchdog() {
 	t := time.NewTicker(l.pcfg.CheckInterval)
 	defer t.Stop()
 	var rebuild <-chan time.Time // armed when a fault is first seen
+	var stall stallDetector
 	for {
 		select {
 		case <-t.C:
+			l.checkStall(&stall)
 		case <-l.checkKick:
 		case <-rebuild:
 			rebuild = nil
@@ -615,6 +617,45 @@ func (l *Listener) watchdog() {
 			// Rebuild half a check interval after the fault is seen: soon,
 			// yet long enough for health to report it, and never in a spin.
 			rebuild = time.After(l.pcfg.CheckInterval / 2)
+		}
+	}
+}
+
+// StallChecks is how many consecutive watchdog ticks a receiver may hold
+// buffered deliveries with free permits without dispatching any before the
+// watchdog declares it stalled (faulted) and rebuilds it: a stage that
+// accepts deliveries but no longer hands them on is a zombie.
+const StallChecks = 8
+
+type stallDetector struct {
+	recv       Receiver
+	dispatched int64
+	ticks      int
+}
+
+// checkStall records a stall fault when the receiver has had buffered
+// deliveries and free permits for StallChecks ticks without dispatching.
+func (l *Listener) checkStall(s *stallDetector) {
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	if r == nil || r.Fault() != nil {
+		s.ticks = 0
+		return
+	}
+	d := r.Dispatched()
+	stuck := r.Buffered() > 0 && r.InFlight() < l.pcfg.Concurrency && d == s.dispatched && r == s.recv
+	s.recv, s.dispatched = r, d
+	if !stuck {
+		s.ticks = 0
+		return
+	}
+	s.ticks++
+	if s.ticks >= StallChecks {
+		s.ticks = 0
+		f := &Fault{Stage: "dispatch", Cause: errors.New("stalled: buffered deliveries and free permits, nothing dispatched"), At: time.Now()}
+		if l.loopFault.CompareAndSwap(nil, f) {
+			l.kick()
 		}
 	}
 }

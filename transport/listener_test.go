@@ -325,3 +325,77 @@ func (f *faultable) Fault() *transport.Fault {
 	}
 	return f.Receiver.Fault()
 }
+
+// zombie accepts deliveries and never hands them on: the receive loop
+// keeps claiming while nothing reaches the handler.
+type zombie struct {
+	mu   sync.Mutex
+	held []*transport.Delivery
+	done chan struct{}
+	once sync.Once
+	src  transport.Source
+}
+
+func (z *zombie) Push(ds []*transport.Delivery) { z.mu.Lock(); z.held = append(z.held, ds...); z.mu.Unlock() }
+func (z *zombie) Free() int                     { z.mu.Lock(); defer z.mu.Unlock(); return max(0, 10-len(z.held)) }
+func (z *zombie) Buffered() int                 { z.mu.Lock(); defer z.mu.Unlock(); return len(z.held) }
+func (z *zombie) InFlight() int                 { return 0 }
+func (z *zombie) Dispatched() int64             { return 0 }
+func (z *zombie) Fault() *transport.Fault       { return nil }
+func (z *zombie) Done() <-chan struct{}         { return z.done }
+func (z *zombie) ReleaseBuffered(ctx context.Context) error {
+	z.mu.Lock()
+	ds := z.held
+	z.held = nil
+	z.mu.Unlock()
+	return z.src.Release(ctx, ds)
+}
+func (z *zombie) Close(ctx context.Context) error {
+	z.once.Do(func() { _ = z.ReleaseBuffered(ctx); close(z.done) })
+	return nil
+}
+
+// The watchdog rebuilds a receiver that accepts deliveries but drops them
+// on the floor (never dispatches), and what it held goes back to the broker.
+func TestWatchdogRebuildsZombieReceiver(t *testing.T) {
+	src := &fakeSource{available: 5}
+	var built int
+	var mu sync.Mutex
+	factory := func(p transport.ReceiverParams) (transport.Receiver, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		built++
+		if built == 1 {
+			return &zombie{done: make(chan struct{}), src: src}, nil
+		}
+		return receiver.New(p)
+	}
+	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, NewReceiver: factory,
+		Pipeline: transport.PipelineConfig{CheckInterval: 10 * time.Millisecond, DrainTimeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < 5 {
+		select {
+		case m := <-l.Messages():
+			got[m.UUID] = true
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("zombie not replaced: state %+v", l.State())
+		}
+	}
+	s := l.State()
+	if s.Rebuilds < 1 || s.Fault == "" {
+		t.Fatalf("state %+v, want a recorded stall fault and a rebuild", s)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.released == 0 {
+		t.Fatal("the zombie's deliveries were not released")
+	}
+}

@@ -26,6 +26,10 @@ type Receiver interface {
 	// InFlight is the number of deliveries being gated, delivered or
 	// settled (each holds a permit).
 	InFlight() int
+	// Dispatched counts the deliveries taken from the buffer so far; the
+	// watchdog uses it to spot a stage that accepts deliveries but no
+	// longer dispatches them.
+	Dispatched() int64
 	// Fault returns the terminal fault, or nil while the receiver is healthy.
 	Fault() *Fault
 	// Done is closed when Close has finished.
