@@ -45,7 +45,7 @@ type Receiver struct {
 
 	inflight   atomic.Int64
 	dispatched atomic.Int64
-	fault    atomic.Pointer[transport.Fault]
+	fault      atomic.Pointer[transport.Fault]
 
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
 	stopOnce  sync.Once

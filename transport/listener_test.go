@@ -336,13 +336,17 @@ type zombie struct {
 	src  transport.Source
 }
 
-func (z *zombie) Push(ds []*transport.Delivery) { z.mu.Lock(); z.held = append(z.held, ds...); z.mu.Unlock() }
-func (z *zombie) Free() int                     { z.mu.Lock(); defer z.mu.Unlock(); return max(0, 10-len(z.held)) }
-func (z *zombie) Buffered() int                 { z.mu.Lock(); defer z.mu.Unlock(); return len(z.held) }
-func (z *zombie) InFlight() int                 { return 0 }
-func (z *zombie) Dispatched() int64             { return 0 }
-func (z *zombie) Fault() *transport.Fault       { return nil }
-func (z *zombie) Done() <-chan struct{}         { return z.done }
+func (z *zombie) Push(ds []*transport.Delivery) {
+	z.mu.Lock()
+	z.held = append(z.held, ds...)
+	z.mu.Unlock()
+}
+func (z *zombie) Free() int               { z.mu.Lock(); defer z.mu.Unlock(); return max(0, 10-len(z.held)) }
+func (z *zombie) Buffered() int           { z.mu.Lock(); defer z.mu.Unlock(); return len(z.held) }
+func (z *zombie) InFlight() int           { return 0 }
+func (z *zombie) Dispatched() int64       { return 0 }
+func (z *zombie) Fault() *transport.Fault { return nil }
+func (z *zombie) Done() <-chan struct{}   { return z.done }
 func (z *zombie) ReleaseBuffered(ctx context.Context) error {
 	z.mu.Lock()
 	ds := z.held
