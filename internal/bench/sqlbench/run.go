@@ -1,0 +1,595 @@
+package sqlbench
+
+import (
+	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/berth-go/berth/internal/bench"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// metadataSentAt carries a message's publish time (Unix nanoseconds) for the
+// end-to-end latency.
+const metadataSentAt = "sqlbench_sent_ns"
+
+// topic is the topic every run uses, in its own schema.
+const topic = "sqlbench"
+
+// AuxRole is the role the harness creates, when it may, for its own
+// connections (publisher, schema setup, measurements), so that
+// pg_stat_statements can tell the subscribers' statements apart.
+const AuxRole = "berth_sqlbench_aux"
+
+// RunConfig is one strategy run: a number of competing instances consuming
+// either a backlog (drain) or a steady publish rate (steady).
+type RunConfig struct {
+	Scenario     string
+	Strategy     string
+	Instances    int
+	Concurrency  int           // handler concurrency per instance
+	Handler      time.Duration // simulated work per message
+	InstancePool int           // connections per instance
+
+	// Backlog is published before the subscribers start (drain).
+	Backlog int
+	// Rate and Duration drive a steady publisher (steady) that publishes
+	// PublishBatch messages per Publish call.
+	Rate         float64
+	Duration     time.Duration
+	PublishBatch int
+	// Grace bounds the wait for the last published messages after a steady
+	// publisher stops; Timeout bounds a drain.
+	Grace   time.Duration
+	Timeout time.Duration
+
+	// Progress, when set, receives this run's completion in [0, 1].
+	Progress func(fraction float64)
+}
+
+// harness is what every run of one scenario shares: the server, its
+// measurement hooks and the harness's own role.
+type harness struct {
+	url     string
+	auxUser string // "" when the URL's user is used for everything
+	admin   *sql.DB
+	cpu     *serverCPU      // nil when the server is not local
+	pgss    *statStatements // nil when unavailable
+	notes   []string
+	// runNotes are the current run's notes.
+	runNotes []string
+}
+
+// newHarness connects to the server and finds what it can measure.
+func newHarness(ctx context.Context, rawURL string) (*harness, error) {
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlbench: parse URL: %w", err)
+	}
+	h := &harness{url: rawURL}
+	admin, err := OpenPool(PoolConfig{URL: rawURL, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	if err := admin.PingContext(ctx); err != nil {
+		_ = admin.Close()
+		return nil, fmt.Errorf("sqlbench: connect: %w", err)
+	}
+	h.admin = admin
+	// A separate role for the harness lets pg_stat_statements count only the
+	// subscribers. Creating it needs superuser; without it, statements of
+	// the harness count too and the cross-check says so.
+	if pgss := newStatStatements(ctx, admin, cfg.User); pgss != nil {
+		_, err := admin.ExecContext(ctx, `DO $$ BEGIN
+IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '`+AuxRole+`') THEN
+	CREATE ROLE `+AuxRole+` SUPERUSER LOGIN;
+END IF; END $$`)
+		if err == nil {
+			aux, err := OpenPool(PoolConfig{URL: rawURL, User: AuxRole, MaxConns: 2})
+			if err == nil && aux.PingContext(ctx) == nil {
+				_ = admin.Close()
+				h.admin, h.auxUser = aux, AuxRole
+			} else if aux != nil {
+				_ = aux.Close()
+			}
+		}
+		if h.auxUser == "" {
+			h.notes = append(h.notes, "pg_stat_statements includes the publisher's statements (no separate role)")
+		}
+		h.pgss = pgss
+		h.pgss.db = h.admin
+	}
+	if cpu, err := newServerCPU(ctx, h.admin); err == nil {
+		h.cpu = cpu
+		h.admin.SetMaxIdleConns(2)
+		// The harness's own backends are not the strategy's cost.
+		if err := h.excludeAdmin(ctx); err != nil {
+			h.cpu = nil
+		}
+	} else {
+		h.notes = append(h.notes, "no DB CPU: "+err.Error())
+	}
+	return h, nil
+}
+
+// excludeAdmin leaves the admin pool's backends out of the CPU count.
+func (h *harness) excludeAdmin(ctx context.Context) error {
+	conns := make([]*sql.Conn, 0, 2)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := h.admin.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		var pid int
+		if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			return err
+		}
+		h.cpu.Exclude(pid)
+	}
+	return nil
+}
+
+func (h *harness) Close() error { return h.admin.Close() }
+
+// tracker records processed messages.
+type tracker struct {
+	mu        sync.Mutex
+	seen      map[string]struct{}
+	dups      int
+	latencies []float64 // ms, publish to ack
+	lastAck   time.Time
+	target    int // 0: not known yet
+	done      chan struct{}
+	processed atomic.Int64
+}
+
+func newTracker() *tracker {
+	return &tracker{seen: map[string]struct{}{}, done: make(chan struct{})}
+}
+
+// setTarget sets how many distinct messages end the run.
+func (t *tracker) setTarget(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.target = n
+	t.checkLocked()
+}
+
+func (t *tracker) checkLocked() {
+	if t.target > 0 && len(t.seen) >= t.target {
+		select {
+		case <-t.done:
+		default:
+			close(t.done)
+		}
+	}
+}
+
+func (t *tracker) record(msg *message.Message, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, dup := t.seen[msg.UUID]; dup {
+		t.dups++
+		return
+	}
+	t.seen[msg.UUID] = struct{}{}
+	t.processed.Add(1)
+	if ns, err := strconv.ParseInt(msg.Metadata.Get(metadataSentAt), 10, 64); err == nil {
+		t.latencies = append(t.latencies, float64(now.UnixNano()-ns)/1e6)
+	}
+	t.lastAck = now
+	t.checkLocked()
+}
+
+// newMessages returns n messages with a small JSON payload.
+func newMessages(n int) []*message.Message {
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), []byte(`{"n":`+strconv.Itoa(i)+`,"pad":"0123456789abcdef0123456789abcdef"}`))
+	}
+	return msgs
+}
+
+func stamp(msgs []*message.Message) {
+	ns := strconv.FormatInt(time.Now().UnixNano(), 10)
+	for _, m := range msgs {
+		m.Metadata.Set(metadataSentAt, ns)
+	}
+}
+
+func uniqueSchema(prefix string) string {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// Run runs one strategy under rc and measures it.
+func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err error) {
+	st, err := strategyByName(rc.Strategy)
+	if err != nil {
+		return res, err
+	}
+	rc.InstancePool = orDefault(rc.InstancePool, DefaultInstancePool)
+	rc.Concurrency = orDefault(rc.Concurrency, 1)
+	rc.PublishBatch = orDefault(rc.PublishBatch, 1)
+	progress := rc.Progress
+	if progress == nil {
+		progress = func(float64) {}
+	}
+
+	schema := uniqueSchema("sqlbench")
+	if _, err := h.admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+		return res, fmt.Errorf("sqlbench: create schema: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = h.admin.ExecContext(dctx, `DROP SCHEMA `+schema+` CASCADE`)
+	}()
+
+	// The publisher's pool: its backends are left out of the CPU count.
+	aux, err := OpenPool(PoolConfig{URL: h.url, User: h.auxUser, Schema: schema, MaxConns: 4, OnConnect: func(pid uint32) {
+		if h.cpu != nil {
+			h.cpu.Exclude(int(pid))
+		}
+	}})
+	if err != nil {
+		return res, err
+	}
+	defer aux.Close()
+	if err := st.initialize(aux, topic); err != nil {
+		return res, fmt.Errorf("sqlbench: %s: initialize: %w", st.name, err)
+	}
+	pub, err := st.newPublisher(aux)
+	if err != nil {
+		return res, fmt.Errorf("sqlbench: %s: publisher: %w", st.name, err)
+	}
+	defer pub.Close()
+	for sent := 0; sent < rc.Backlog; {
+		n := min(1000, rc.Backlog-sent)
+		msgs := newMessages(n)
+		stamp(msgs)
+		if err := pub.Publish(topic, msgs...); err != nil {
+			return res, fmt.Errorf("sqlbench: %s: publish backlog: %w", st.name, err)
+		}
+		sent += n
+	}
+
+	// The measured window starts here.
+	ctr := NewCounter(st.isReceive)
+	var pgssCalls int64 = -1
+	if h.pgss != nil {
+		if err := h.pgss.Reset(ctx); err != nil {
+			return res, err
+		}
+	}
+	var cpuBefore cpuSample
+	if h.cpu != nil {
+		if cpuBefore, err = h.cpu.Sample(); err != nil {
+			return res, err
+		}
+	}
+	tr := newTracker()
+	if rc.Backlog > 0 {
+		tr.setTarget(rc.Backlog)
+	}
+	start := time.Now()
+
+	var (
+		pools    []*sql.DB
+		insts    []instance
+		handlers sync.WaitGroup
+	)
+	closeAll := func() error {
+		// All at once, as separate processes would stop: closing one by
+		// one lets the others keep consuming meanwhile.
+		errs := make([]error, len(insts))
+		var wg sync.WaitGroup
+		for i, in := range insts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = in.Close()
+			}()
+		}
+		wg.Wait()
+		handlers.Wait()
+		for _, db := range pools {
+			errs = append(errs, db.Close())
+		}
+		insts, pools = nil, nil
+		return errors.Join(errs...)
+	}
+	defer func() { _ = closeAll() }()
+	subCtx, cancelSubs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSubs()
+	for range rc.Instances {
+		db, err := OpenPool(PoolConfig{URL: h.url, Schema: schema, MaxConns: rc.InstancePool, Counter: ctr})
+		if err != nil {
+			return res, err
+		}
+		pools = append(pools, db)
+		in, err := st.newInstance(db, rc.Concurrency)
+		if err != nil {
+			return res, fmt.Errorf("sqlbench: %s: subscriber: %w", st.name, err)
+		}
+		insts = append(insts, in)
+		ch, err := in.Subscribe(subCtx, topic)
+		if err != nil {
+			return res, fmt.Errorf("sqlbench: %s: subscribe: %w", st.name, err)
+		}
+		handlers.Add(1)
+		go func() {
+			defer handlers.Done()
+			for msg := range ch {
+				handlers.Add(1)
+				go func() {
+					defer handlers.Done()
+					time.Sleep(rc.Handler) // the simulated work
+					tr.record(msg, time.Now())
+					msg.Ack()
+				}()
+			}
+		}()
+	}
+
+	// Progress while the run goes.
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	progressDone.Add(1)
+	go func() {
+		defer progressDone.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				if rc.Backlog > 0 {
+					progress(float64(tr.processed.Load()) / float64(rc.Backlog))
+				} else {
+					progress(min(1, float64(time.Since(start))/float64(rc.Duration+rc.Grace/2)))
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stopProgress)
+		progressDone.Wait()
+	}()
+
+	published := rc.Backlog
+	timedOut := false
+	if rc.Rate > 0 {
+		pubStart := time.Now()
+		n, err := publishSteady(ctx, pub, rc)
+		if took := time.Since(pubStart); took > rc.Duration+time.Second {
+			h.runNotes = append(h.runNotes, fmt.Sprintf("publishing took %s (behind schedule)", took.Round(time.Millisecond)))
+		}
+		published += n
+		if err != nil {
+			return res, err
+		}
+		tr.setTarget(published)
+		select {
+		case <-tr.done:
+		case <-time.After(rc.Grace):
+			timedOut = true
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	} else {
+		select {
+		case <-tr.done:
+		case <-time.After(rc.Timeout):
+			timedOut = true
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+
+	// The measured time ends at the last ack. Counters are read once the
+	// subscribers have closed, so that every statement they sent is
+	// finished and counted alike by the driver and by pg_stat_statements
+	// (polls after the last message and the release on close are the
+	// strategy's cost too). Backends of closed connections keep their CPU
+	// time in the postmaster's cutime.
+	tr.mu.Lock()
+	processed := len(tr.seen)
+	end := tr.lastAck
+	lat := slices.Clone(tr.latencies)
+	dups := tr.dups
+	tr.mu.Unlock()
+	var eng engineTotals
+	for _, in := range insts {
+		eng.add(in)
+	}
+	closeStart := time.Now()
+	if err := closeAll(); err != nil {
+		return res, fmt.Errorf("sqlbench: %s: close: %w", st.name, err)
+	}
+	closeTook := time.Since(closeStart)
+	snap := ctr.Snapshot()
+	if h.pgss != nil {
+		if pgssCalls, err = h.pgss.Calls(ctx); err != nil {
+			return res, err
+		}
+	}
+	var dbCPU time.Duration = -1
+	if h.cpu != nil {
+		after, err := h.cpu.Sample()
+		if err != nil {
+			return res, err
+		}
+		dbCPU = after.Since(cpuBefore)
+	}
+	progress(1)
+
+	if end.IsZero() {
+		end = time.Now()
+	}
+	elapsed := end.Sub(start)
+	res = bench.Result{
+		Scenario:  rc.Scenario,
+		Strategy:  st.name,
+		Instances: rc.Instances,
+		Messages:  processed,
+		Duration:  elapsed,
+		Metrics:   map[string]float64{},
+	}
+	per := func(v float64) float64 {
+		if processed == 0 {
+			return 0
+		}
+		return v / float64(processed)
+	}
+	m := res.Metrics
+	m["msg_per_s"] = float64(processed) / max(elapsed.Seconds(), 1e-9)
+	m["round_trips_per_msg"] = per(float64(snap.RoundTrips))
+	m["statements_per_msg"] = per(float64(snap.Statements))
+	m["receives_per_msg"] = per(float64(snap.Receives + eng.peeks))
+	m["empty_claims_per_msg"] = per(float64(snap.EmptyClaims + eng.emptyPeeks))
+	m["connections"] = float64(snap.Conns)
+	m["published"] = float64(published)
+	m["backlog_left"] = float64(published - processed)
+	m["duplicates"] = float64(dups)
+	if pgssCalls >= 0 {
+		m["pgss_calls_per_msg"] = per(float64(pgssCalls))
+	}
+	if dbCPU >= 0 {
+		m["db_cpu_ms_per_msg"] = per(float64(dbCPU) / float64(time.Millisecond))
+	}
+	if rc.Rate > 0 && len(lat) > 0 {
+		slices.Sort(lat)
+		m["p50_ms"] = percentile(lat, 0.50)
+		m["p99_ms"] = percentile(lat, 0.99)
+		m["max_ms"] = lat[len(lat)-1]
+	}
+	var notes []string
+	if eng.has {
+		notes = append(notes, fmt.Sprintf("engine: claims=%d empty=%d rows=%d begins=%d completes=%d renews=%d releases=%d sweeps=%d",
+			eng.st.Claims, eng.st.EmptyClaims, eng.st.ClaimedRows, eng.st.Begins, eng.st.Completes, eng.st.Renews, eng.st.Releases, eng.st.Sweeps))
+	}
+	if eng.peeks > 0 {
+		notes = append(notes, fmt.Sprintf("peeks=%d (empty %d)", eng.peeks, eng.emptyPeeks))
+	}
+	if closeTook > time.Second {
+		notes = append(notes, fmt.Sprintf("closing the subscribers took %s", closeTook.Round(time.Millisecond)))
+	}
+	if timedOut {
+		notes = append(notes, fmt.Sprintf("stopped with %d of %d messages processed", processed, published))
+	}
+	notes = append(notes, h.runNotes...)
+	h.runNotes = nil
+	notes = append(notes, h.notes...)
+	res.Notes = joinNotes(notes)
+	return res, nil
+}
+
+// engineTotals sums the instances' own counts.
+type engineTotals struct {
+	has               bool
+	st                sqlqueue.Stats
+	peeks, emptyPeeks int64
+}
+
+func (e *engineTotals) add(in instance) {
+	if in.engine != nil {
+		e.has = true
+		addStats(&e.st, in.engine())
+	}
+	if in.peeks != nil {
+		p, ep := in.peeks()
+		e.peeks += p
+		e.emptyPeeks += ep
+	}
+}
+
+// publishSteady publishes at rc.Rate for rc.Duration from 4 goroutines on
+// an even schedule and returns how many it published.
+func publishSteady(ctx context.Context, pub message.Publisher, rc RunConfig) (int, error) {
+	const publishers = 4
+	interval := time.Duration(float64(time.Second) * float64(rc.PublishBatch) / rc.Rate)
+	calls := int(rc.Duration / interval)
+	start := time.Now()
+	var (
+		sent  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for g := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < calls; k += publishers {
+				at := start.Add(time.Duration(k) * interval)
+				if d := time.Until(at); d > 0 {
+					select {
+					case <-time.After(d): // pacing the load, not synchronising
+					case <-ctx.Done():
+						return
+					}
+				}
+				msgs := newMessages(rc.PublishBatch)
+				stamp(msgs)
+				if err := pub.Publish(topic, msgs...); err != nil {
+					errMu.Lock()
+					first = cmpErr(first, err)
+					errMu.Unlock()
+					return
+				}
+				sent.Add(int64(len(msgs)))
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return int(sent.Load()), fmt.Errorf("sqlbench: steady publish: %w", first)
+	}
+	return int(sent.Load()), ctx.Err()
+}
+
+func percentile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func joinNotes(ns []string) string { return strings.Join(ns, "; ") }

@@ -1,0 +1,171 @@
+package sqlbench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/berth-go/berth/internal/bench"
+	"github.com/berth-go/berth/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// benchScale is the scale of the Go benchmarks: BERTH_BENCH_SCALE, or 0.05
+// (a 1,000-message drain, a 3 s steady run).
+func benchScale(tb testing.TB) float64 {
+	if v := os.Getenv("BERTH_BENCH_SCALE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			tb.Fatalf("BERTH_BENCH_SCALE=%q: want a positive number", v)
+		}
+		return f
+	}
+	return 0.05
+}
+
+// runBench runs each config as a sub-benchmark and reports its metrics.
+func runBench(b *testing.B, rcs []RunConfig) {
+	url := testenv.PostgresURL(b)
+	ctx := context.Background()
+	h, err := newHarness(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	for _, rc := range rcs {
+		b.Run(fmt.Sprintf("%s/instances=%d", rc.Strategy, rc.Instances), func(b *testing.B) {
+			var last bench.Result
+			for b.Loop() {
+				r, err := h.Run(ctx, rc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = r
+			}
+			for _, k := range []string{"msg_per_s", "round_trips_per_msg", "statements_per_msg", "pgss_calls_per_msg",
+				"empty_claims_per_msg", "db_cpu_ms_per_msg", "p50_ms", "p99_ms", "backlog_left"} {
+				if v, ok := last.Metrics[k]; ok {
+					b.ReportMetric(v, k)
+				}
+			}
+			if last.Notes != "" {
+				b.Log(last.Notes)
+			}
+		})
+	}
+}
+
+// BenchmarkDrain drains a backlog with 1, 4 and 12 instances of each
+// strategy (sql/drain at BERTH_BENCH_SCALE, default 0.05):
+//
+//	go test -run '^$' -bench Drain -benchtime 1x ./internal/bench/sqlbench/
+func BenchmarkDrain(b *testing.B) {
+	runBench(b, DrainConfigs(benchScale(b)))
+}
+
+// BenchmarkSteady runs each strategy under a steady load (sql/steady at
+// BERTH_BENCH_SCALE, default 0.05):
+//
+//	go test -run '^$' -bench Steady -benchtime 1x ./internal/bench/sqlbench/
+func BenchmarkSteady(b *testing.B) {
+	runBench(b, SteadyConfigs(benchScale(b)))
+}
+
+// TestRunSmoke runs one tiny drain and one tiny steady run of every
+// strategy on a real PostgreSQL and checks that the measurements are there.
+func TestRunSmoke(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx := context.Background()
+	h, err := newHarness(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, s := range Strategies {
+		t.Run(s, func(t *testing.T) {
+			rc := DrainConfigs(0.01)[0]
+			rc.Strategy, rc.Instances, rc.Backlog = s, 2, 50
+			r, err := h.Run(ctx, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Messages != 50 || r.Metrics["duplicates"] != 0 {
+				t.Fatalf("drain processed %d (duplicates %v), want 50: %s", r.Messages, r.Metrics["duplicates"], r.Notes)
+			}
+			if r.Metrics["round_trips_per_msg"] <= 0 || r.Metrics["statements_per_msg"] <= 0 {
+				t.Fatalf("no round trips counted: %v", r.Metrics)
+			}
+			t.Logf("drain: %v %s", r.Metrics, r.Notes)
+		})
+	}
+}
+
+func TestReadProcStat(t *testing.T) {
+	line := []byte("4242 (postgres: a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 25 7 3 2 20 0 1 0 100 0 0")
+	got, err := readProcStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := procTimes{ppid: 17, self: 32, reaped: 5}
+	if got != want {
+		t.Fatalf("readProcStat = %+v, want %+v", got, want)
+	}
+	if _, err := readProcStat([]byte("garbage")); err == nil {
+		t.Fatal("readProcStat(garbage): want an error")
+	}
+}
+
+// TestCountingConn checks the round-trip rule: a write after a read opens a
+// round trip; writes in a row without a reply are one.
+func TestCountingConn(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	ctr := NewCounter(nil)
+	conn, err := ctr.dial(func(context.Context, string, string) (net.Conn, error) { return client, nil })(context.Background(), "tcp", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	done := make(chan struct{})
+	go func() { // the server: read 3 messages, reply once, read 1, reply once
+		defer close(done)
+		buf := make([]byte, 8)
+		for _, reply := range []bool{false, false, true, true} {
+			if _, err := server.Read(buf); err != nil {
+				return
+			}
+			if reply {
+				if _, err := server.Write([]byte("r")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	buf := make([]byte, 8)
+	for _, s := range []string{"a", "b", "c"} { // pipelined: one round trip
+		if _, err := conn.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("d")); err != nil { // after a reply: a second one
+		t.Fatal(err)
+	}
+	if _, err := conn.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if got := ctr.Snapshot(); got.RoundTrips != 2 || got.Conns != 1 {
+		t.Fatalf("snapshot = %+v, want 2 round trips on 1 connection", got)
+	}
+}
