@@ -190,13 +190,23 @@ func (r *Receiver) changed() {
 // recordFault marks the receiver faulted (first fault wins) and stops it
 // from taking new work. It records before it logs: logging may fail too.
 func (r *Receiver) recordFault(stage string, cause error) {
-	f := &transport.Fault{Stage: stage, Cause: cause, At: time.Now()}
-	if r.fault.CompareAndSwap(nil, f) {
-		r.stopOnce.Do(func() { close(r.stop) })
-		r.changed()
-		r.observe(func(o transport.Observer) { o.Faulted(r.name, f) })
+	if r.markFaulted(stage, cause) {
 		r.logError("receiver faulted", cause, watermill.LogFields{"stage": stage})
 	}
+}
+
+// markFaulted records the fault (first one wins), stops the stage and tells
+// the listener and the observer, without logging. It reports whether this
+// fault was the first.
+func (r *Receiver) markFaulted(stage string, cause error) bool {
+	f := &transport.Fault{Stage: stage, Cause: cause, At: time.Now()}
+	if !r.fault.CompareAndSwap(nil, f) {
+		return false
+	}
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.changed()
+	r.observe(func(o transport.Observer) { o.Faulted(r.name, f) })
+	return true
 }
 
 // observe calls the observer; a panicking observer is ignored.
@@ -228,11 +238,7 @@ func panicError(p any) error {
 func (r *Receiver) logError(msg string, err error, fields watermill.LogFields) {
 	defer func() {
 		if p := recover(); p != nil {
-			f := &transport.Fault{Stage: string(faults.Log), Cause: panicError(p), At: time.Now()}
-			if r.fault.CompareAndSwap(nil, f) {
-				r.stopOnce.Do(func() { close(r.stop) })
-				r.changed()
-			}
+			r.markFaulted(string(faults.Log), panicError(p))
 		}
 	}()
 	_ = faults.Hit(faults.Log)
@@ -242,11 +248,7 @@ func (r *Receiver) logError(msg string, err error, fields watermill.LogFields) {
 func (r *Receiver) logDebug(msg string, fields watermill.LogFields) {
 	defer func() {
 		if p := recover(); p != nil {
-			f := &transport.Fault{Stage: string(faults.Log), Cause: panicError(p), At: time.Now()}
-			if r.fault.CompareAndSwap(nil, f) {
-				r.stopOnce.Do(func() { close(r.stop) })
-				r.changed()
-			}
+			r.markFaulted(string(faults.Log), panicError(p))
 		}
 	}()
 	r.logger.Debug(msg, fields)

@@ -399,21 +399,12 @@ func (l *Listener) stopping() bool {
 	}
 }
 
-// wait blocks until d passes (d < 0: forever), a kick, a wake-up (when
-// wake), or stop. It reports false on stop.
-func (l *Listener) wait(d time.Duration, wake bool) bool {
-	var timer <-chan time.Time
-	if d >= 0 {
-		timer = l.pcfg.Clock.After(d)
-	}
-	var wakeCh <-chan struct{}
-	if wake {
-		wakeCh = l.wakeCh
-	}
+// wait blocks until d passes, a kick (a count or state change), or stop.
+// It reports false on stop.
+func (l *Listener) wait(d time.Duration) bool {
 	select {
-	case <-timer:
+	case <-l.pcfg.Clock.After(d):
 	case <-l.loopKick:
-	case <-wakeCh:
 	case <-l.stopCh:
 		return false
 	}
@@ -429,7 +420,9 @@ func (l *Listener) loop() {
 			// listener reports faulted and stops fetching until the watchdog
 			// rebuilds), then restart the loop, then try to log.
 			f := &Fault{Stage: "receive", Cause: fmt.Errorf("panic: %v", p), At: time.Now()}
-			l.loopFault.CompareAndSwap(nil, f)
+			if l.loopFault.CompareAndSwap(nil, f) {
+				l.observe(func(o Observer) { o.Faulted(l.cfg.Name, f) })
+			}
 			l.kick()
 			if !l.stopping() {
 				l.goroutines.Add(1)
@@ -454,10 +447,14 @@ func (l *Listener) loop() {
 		}
 	}()
 	errDelay := time.Duration(0)
+	var (
+		woken   bool          // this wave answers a wake-up
+		holdoff time.Duration // how long to sit on the next wake-up
+	)
 	for !l.stopping() {
 		r, ok := l.evaluate()
 		if !ok {
-			if !l.wait(l.pcfg.CheckInterval, false) {
+			if !l.wait(l.pcfg.CheckInterval) {
 				return
 			}
 			continue
@@ -470,7 +467,7 @@ func (l *Listener) loop() {
 		}
 		n := ctrl.Next(free)
 		if n == 0 {
-			if !l.wait(l.pcfg.CheckInterval, false) {
+			if !l.wait(l.pcfg.CheckInterval) {
 				return
 			}
 			continue
@@ -493,7 +490,7 @@ func (l *Listener) loop() {
 				l.logger.Error("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": errDelay})
 			})
 			ctrl.Reset()
-			if !l.wait(errDelay, false) {
+			if !l.wait(errDelay) {
 				return
 			}
 			continue
@@ -503,12 +500,53 @@ func (l *Listener) loop() {
 		l.queueGone.Store(false)
 		l.lastReceive.Store(time.Now().UnixNano())
 		l.loopState.Store(int32(LoopRunning))
+		if woken {
+			// Adapt to the wake-ups this loop loses: when many instances
+			// hear the same wake-up, the ones whose claims keep coming back
+			// empty answer later and later (up to the empty delay), so the
+			// winners take the batch and the losers stop spending claims.
+			if found == 0 {
+				holdoff = min(max(2*holdoff, wakeHoldoffBase), max(l.pcfg.Wave.EmptyDelay, wakeHoldoffBase))
+			} else {
+				holdoff = 0
+			}
+			woken = false
+		}
 		if delay := ctrl.Observe(launched, found); delay > 0 {
-			if !l.wait(delay, true) {
+			ok, w := l.waitEmpty(delay, holdoff)
+			if !ok {
 				return
 			}
+			woken = w
 		}
 	}
+}
+
+// wakeHoldoffBase is the first delay before answering a wake-up after one
+// whose claim came back empty.
+const wakeHoldoffBase = 5 * time.Millisecond
+
+// waitEmpty waits out the empty delay after an empty wave. It returns early
+// on a wake-up from the source (after holdoff, jittered) and reports whether
+// it was woken; counting changes (acks) do not end it. It reports false on
+// stop.
+func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
+	timer := l.pcfg.Clock.After(d)
+	select {
+	case <-timer:
+		return true, false
+	case <-l.wakeCh:
+	case <-l.stopCh:
+		return false, false
+	}
+	if holdoff > 0 {
+		select {
+		case <-l.pcfg.Clock.After(holdoff/2 + rand.N(holdoff/2+1)):
+		case <-l.stopCh:
+			return false, false
+		}
+	}
+	return true, true
 }
 
 // claimWave launches one wave of n probes and pushes what they claim.
@@ -655,6 +693,7 @@ func (l *Listener) checkStall(s *stallDetector) {
 		s.ticks = 0
 		f := &Fault{Stage: "dispatch", Cause: errors.New("stalled: buffered deliveries and free permits, nothing dispatched"), At: time.Now()}
 		if l.loopFault.CompareAndSwap(nil, f) {
+			l.observe(func(o Observer) { o.Faulted(l.cfg.Name, f) })
 			l.kick()
 		}
 	}
