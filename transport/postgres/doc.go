@@ -11,12 +11,21 @@
 //
 //	sub, err := transport.OpenSubscriber(ctx, "postgres://app@db/app?sslmode=disable&consumer_group=billing")
 //
+// # Pools
+//
+// Publishers and subscribers opened by URL, or with SubscriberConfig.DSN /
+// PublisherConfig.DSN, share one process-wide pool per DSN (reference
+// counted, closed with its last user), sized by max_conns (default
+// DefaultSharedMaxConns, 10); its subscribers share one LISTEN connection.
+// Pass DB (for example from Open) for a pool of your own.
+//
 // # Statements
 //
 // Claims use UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)
 // RETURNING over a partial index on pending rows; settlements pass arrays
 // (unnest) so a batch of any size is one statement; dead-lettering is one
 // data-modifying CTE. Inserts send NOTIFY on WakeChannel with the queue
-// table as payload; each pool's subscribers share one LISTEN connection.
+// table as payload, once per statement; each pool's subscribers share one
+// LISTEN connection, and wake-ups are debounced (wake_debounce).
 // Cluster-wide work takes transaction-scoped advisory locks.
 package postgres

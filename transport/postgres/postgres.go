@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,19 +17,27 @@ import (
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
-// DefaultMaxOpenConns is the default pool size of a publisher or subscriber
-// that opens its own pool (the wake-up listener takes one of them).
+// DefaultMaxOpenConns is the default size of a pool opened with Open (the
+// wake-up listener takes one of its connections).
 const DefaultMaxOpenConns = 4
 
+// DefaultSharedMaxConns is the default size of the process-wide pool that
+// every publisher and subscriber opened from the same DSN (or URL) shares.
+const DefaultSharedMaxConns = 10
+
 // SubscriberConfig configures a PostgreSQL subscriber: the engine's config
-// plus how to open the pool.
+// plus how to get the pool.
 type SubscriberConfig struct {
 	sqlqueue.SubscriberConfig
 
-	// DSN opens a pool (postgres://… or key=value) when DB is nil.
+	// DSN (postgres://… or key=value), used when DB is nil: the subscriber
+	// uses the process-wide pool of this DSN, shared with every other
+	// publisher and subscriber opened from the same DSN, and closed with
+	// the last of them.
 	DSN string
-	// MaxOpenConns sizes the pool opened from DSN. Defaults to
-	// DefaultMaxOpenConns (4). URL: max_conns.
+	// MaxOpenConns sizes the shared pool of DSN; when several users ask for
+	// different sizes the pool takes the largest. Defaults to
+	// DefaultSharedMaxConns (10). URL: max_conns.
 	MaxOpenConns int
 }
 
@@ -35,16 +45,19 @@ type SubscriberConfig struct {
 type PublisherConfig struct {
 	sqlqueue.PublisherConfig
 
-	// DSN opens a pool (postgres://… or key=value) when DB is nil.
+	// DSN (postgres://… or key=value), used when DB is nil: the publisher
+	// uses the process-wide pool of this DSN (see SubscriberConfig.DSN).
 	DSN string
-	// MaxOpenConns sizes the pool opened from DSN. Defaults to
-	// DefaultMaxOpenConns (4). URL: max_conns.
+	// MaxOpenConns sizes the shared pool of DSN. Defaults to
+	// DefaultSharedMaxConns (10). URL: max_conns.
 	MaxOpenConns int
 }
 
-// Open opens a database/sql pool over pgx with at most maxConns
+// Open opens a private database/sql pool over pgx with at most maxConns
 // connections (DefaultMaxOpenConns when ≤ 0; at least 2, since a
-// subscriber's wake-up listener holds one).
+// subscriber's wake-up listener holds one). The caller closes it. To share
+// one pool among many publishers and subscribers, set DSN in their configs
+// instead (or open them by URL).
 func Open(dsn string, maxConns int) (*sql.DB, error) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxOpenConns
@@ -60,8 +73,76 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 	return db, nil
 }
 
-// NewSubscriber returns a subscriber on PostgreSQL. With cfg.DB nil it
-// opens (and on Close closes) a pool from cfg.DSN.
+// Shared pools: one per DSN in this process, reference counted, so that
+// many publishers and subscribers opened by URL (Watermill's router opens
+// one subscriber per handler) fit the server's max_connections, and share
+// one wake-up listener.
+var (
+	poolsMu sync.Mutex
+	pools   = map[string]*pool{}
+)
+
+type pool struct {
+	dsn   string
+	db    *sql.DB
+	conns int // guarded by poolsMu
+	refs  int // guarded by poolsMu
+}
+
+// openShared returns the process-wide pool of dsn, sized to at least
+// maxConns (DefaultSharedMaxConns when ≤ 0), and its closer, which drops
+// one reference.
+func openShared(dsn string, maxConns int) (*sql.DB, io.Closer, error) {
+	if maxConns <= 0 {
+		maxConns = DefaultSharedMaxConns
+	}
+	maxConns = max(maxConns, 2)
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	if p := pools[dsn]; p != nil {
+		p.refs++
+		if maxConns > p.conns {
+			p.conns = maxConns
+			p.db.SetMaxOpenConns(maxConns)
+			p.db.SetMaxIdleConns(maxConns)
+		}
+		return p.db, &poolRef{p: p}, nil
+	}
+	db, err := Open(dsn, maxConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &pool{dsn: dsn, db: db, conns: maxConns, refs: 1}
+	pools[dsn] = p
+	return db, &poolRef{p: p}, nil
+}
+
+// poolRef is one user's reference to a shared pool.
+type poolRef struct {
+	p    *pool
+	once sync.Once
+}
+
+// Close drops the reference; the last one closes the pool. Idempotent.
+func (r *poolRef) Close() error {
+	var err error
+	r.once.Do(func() {
+		poolsMu.Lock()
+		r.p.refs--
+		last := r.p.refs == 0
+		if last {
+			delete(pools, r.p.dsn)
+		}
+		poolsMu.Unlock()
+		if last {
+			err = r.p.db.Close()
+		}
+	})
+	return err
+}
+
+// NewSubscriber returns a subscriber on PostgreSQL. With cfg.DB nil it uses
+// the process-wide pool of cfg.DSN (released on Close).
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
 	c := cfg.SubscriberConfig
 	c.Dialect = Dialect{}
@@ -72,11 +153,11 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 		if cfg.DSN == "" {
 			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
 		}
-		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
+		db, closer, err := openShared(cfg.DSN, cfg.MaxOpenConns)
 		if err != nil {
 			return nil, err
 		}
-		c.DB, c.Closer = db, db
+		c.DB, c.Closer = db, closer
 	}
 	s, err := sqlqueue.NewSubscriber(c)
 	if err != nil && c.Closer != nil {
@@ -85,8 +166,8 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 	return s, err
 }
 
-// NewPublisher returns a publisher on PostgreSQL. With cfg.DB nil it opens
-// (and on Close closes) a pool from cfg.DSN.
+// NewPublisher returns a publisher on PostgreSQL. With cfg.DB nil it uses
+// the process-wide pool of cfg.DSN (released on Close).
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
 	c := cfg.PublisherConfig
 	c.Dialect = Dialect{}
@@ -97,11 +178,11 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueu
 		if cfg.DSN == "" {
 			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
 		}
-		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
+		db, closer, err := openShared(cfg.DSN, cfg.MaxOpenConns)
 		if err != nil {
 			return nil, err
 		}
-		c.DB, c.Closer = db, db
+		c.DB, c.Closer = db, closer
 	}
 	p, err := sqlqueue.NewPublisher(c)
 	if err != nil && c.Closer != nil {
@@ -139,7 +220,7 @@ func parseURL(u *url.URL, p *urlparam.Params) (dsn string, maxConns int) {
 			conn[k] = q[k]
 		}
 	}
-	maxConns = p.Int("max_conns", DefaultMaxOpenConns, 2, 1000)
+	maxConns = p.Int("max_conns", DefaultSharedMaxConns, 2, 1000)
 	du := *u
 	du.Scheme = "postgres"
 	du.RawQuery = conn.Encode()

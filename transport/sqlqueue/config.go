@@ -30,6 +30,12 @@ const (
 	// DefaultMaxMessageSize is the largest accepted headers + body, in
 	// bytes.
 	DefaultMaxMessageSize = 1 << 20
+	// DefaultWakeDebounce is the window in which wake-ups of one queue
+	// coalesce into one.
+	DefaultWakeDebounce = 10 * time.Millisecond
+	// DefaultSubscriptionsTTL is how long a publisher reuses the
+	// subscriptions it read for a topic.
+	DefaultSubscriptionsTTL = time.Second
 	// DefaultSettleBatch is the largest group-committed batch of Begin,
 	// Complete or Retry calls.
 	DefaultSettleBatch = 256
@@ -91,6 +97,12 @@ type SubscriberConfig struct {
 	// a time. Negative disables it. Defaults to DefaultSweepInterval (10s).
 	// URL: sweep_interval.
 	SweepInterval time.Duration
+	// WakeDebounce is the window in which wake-ups of this subscriber's
+	// queues (an in-process publish, a PostgreSQL NOTIFY) coalesce into
+	// one, which goes to one idle source of the queue per pool rather than
+	// to all (see the package documentation, Wake-up). Negative wakes at
+	// once. Defaults to DefaultWakeDebounce (10ms). URL: wake_debounce.
+	WakeDebounce time.Duration
 	// StatementTimeout bounds each settlement and sweep statement. Defaults
 	// to DefaultStatementTimeout (30s).
 	StatementTimeout time.Duration
@@ -119,6 +131,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.WakeDebounce == 0 {
+		c.WakeDebounce = DefaultWakeDebounce
 	}
 	if c.SettleBatch == 0 {
 		c.SettleBatch = DefaultSettleBatch
@@ -152,6 +167,9 @@ func (c SubscriberConfig) Validate() error {
 	if d.StatementTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StatementTimeout: must be > 0, got %s", c.StatementTimeout))
 	}
+	if d.WakeDebounce > time.Second {
+		errs = append(errs, fmt.Errorf("WakeDebounce: must be ≤ 1s, got %s", c.WakeDebounce))
+	}
 	if d.SettleBatch < 1 || d.SettleBatch > 1000 {
 		errs = append(errs, fmt.Errorf("SettleBatch: must be from 1 to 1000, got %d", c.SettleBatch))
 	}
@@ -184,6 +202,16 @@ type PublisherConfig struct {
 	// TTL drops a message not delivered within this time of publishing
 	// (counted in Stats.Expired). Defaults to 0: never. URL: ttl.
 	TTL time.Duration
+	// SubscriptionsTTL is how long the publisher reuses the list of queues
+	// subscribed to a topic, so that a Publish is one round trip (the
+	// INSERT). A subscription recorded in this process (Subscribe or
+	// SubscribeInitialize of any subscriber) is seen by the next Publish; one
+	// recorded by another process is seen after at most SubscriptionsTTL:
+	// messages published meanwhile do not reach the new consumer group
+	// (they go to the groups known before). Negative reads the subscriptions
+	// on every Publish (two round trips). Defaults to
+	// DefaultSubscriptionsTTL (1s). URL: subscriptions_ttl.
+	SubscriptionsTTL time.Duration
 
 	// Logger receives the publisher's logs. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -195,6 +223,9 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 	c.Tables = c.Tables.withDefaults()
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.SubscriptionsTTL == 0 {
+		c.SubscriptionsTTL = DefaultSubscriptionsTTL
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}

@@ -41,16 +41,26 @@
 // One multi-row INSERT per Publish call and queue; publishing a topic
 // inserts one row per subscribed consumer group in the same transaction; a
 // topic with no subscription yet keeps its messages in its default queue.
-// Publisher.WithTx binds a publisher to the caller's transaction (outbox).
-// Metadata MetadataDelay / MetadataDeliverAt or PublisherConfig.Delay delay
-// a message; PublisherConfig.TTL expires it.
+// The publisher caches each topic's subscriptions for
+// PublisherConfig.SubscriptionsTTL (1s), so a Publish to a topic with one
+// queue is one round trip; a subscription recorded in this process
+// invalidates the cache at once, one recorded by another process is seen
+// within the TTL. Publisher.WithTx binds a publisher to the caller's
+// transaction (outbox). Metadata MetadataDelay / MetadataDeliverAt or
+// PublisherConfig.Delay delay a message; PublisherConfig.TTL expires it.
 //
 // # Wake-up
 //
-// Local publishers wake local subscribers of the same table in-process.
-// Dialects implementing Notifier (PostgreSQL LISTEN/NOTIFY) also wake
-// subscribers in other processes, over one dedicated connection per pool.
-// Otherwise the receive loop polls after its empty delay.
+// Local publishers wake local subscribers of the same pool and table
+// in-process. Dialects implementing Notifier (PostgreSQL LISTEN/NOTIFY) also
+// wake subscribers in other processes, over one dedicated connection per
+// pool. Wake-ups are debounced and elected: those of one (pool, queue)
+// within SubscriberConfig.WakeDebounce (10ms) coalesce into one, delivered
+// to one idle source (round robin) rather than to every source, so a
+// NOTIFY does not send every idle subscriber of a process to an empty
+// claim. A source whose previous claim came back short does not ask the
+// database again until a wake-up arrives (Stats.SkippedClaims). Otherwise
+// the receive loop polls after its empty delay.
 //
 // # Round trips
 //

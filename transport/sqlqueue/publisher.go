@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -35,7 +36,23 @@ type Publisher struct {
 	mu     sync.RWMutex
 	closed bool
 	once   sync.Once
+
+	subsMu sync.Mutex
+	subs   map[string]subsEntry // topic → its queues, cached
 }
+
+// subsEntry is the cached answer of the subscriptions lookup of a topic.
+type subsEntry struct {
+	queues []Queue
+	at     time.Time
+	gen    uint64 // subscriptionsGen when read
+}
+
+// subscriptionsGen counts subscriptions recorded by this process (any
+// engine). A publisher's cached lookup taken before the latest one is
+// stale: a consumer group subscribed in-process is seen by the next
+// Publish.
+var subscriptionsGen atomic.Uint64
 
 var _ message.Publisher = (*Publisher)(nil)
 
@@ -46,7 +63,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger}, nil
+	return &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger, subs: map[string]subsEntry{}}, nil
 }
 
 // Stats returns the publisher's round-trip and row counts.
@@ -92,15 +109,45 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
 	if _, remote := p.e.d.(Notifier); !remote {
 		for _, q := range queues {
-			localWake.notify(q.Name)
+			localWake.notify(wakeKey{p.e.db, q.Name})
 		}
 	}
 	return nil
 }
 
 // targets returns the queues subscribed to topic, or its default queue
-// (created if needed) when there are none.
+// (created if needed) when there are none. The answer is cached for
+// SubscriptionsTTL, and dropped as soon as anything in this process
+// records a new subscription.
 func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Queue, error) {
+	gen := subscriptionsGen.Load()
+	if p.cfg.SubscriptionsTTL > 0 {
+		p.subsMu.Lock()
+		c, ok := p.subs[topic]
+		p.subsMu.Unlock()
+		if ok && c.gen == gen && time.Since(c.at) < p.cfg.SubscriptionsTTL {
+			return c.queues, nil
+		}
+	}
+	at := time.Now()
+	qs, err := p.lookup(ctx, q, topic)
+	if err != nil || p.cfg.SubscriptionsTTL <= 0 {
+		return qs, err
+	}
+	p.subsMu.Lock()
+	if len(p.subs) >= maxCachedTopics {
+		clear(p.subs)
+	}
+	p.subs[topic] = subsEntry{queues: qs, at: at, gen: gen}
+	p.subsMu.Unlock()
+	return qs, nil
+}
+
+// maxCachedTopics bounds the subscriptions cache; when full it starts
+// over.
+const maxCachedTopics = 10000
+
+func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queue, error) {
 	var names []string
 	err := query(ctx, q, &p.e.ctrs.other, p.e.d.Subscriptions(p.e.names, topic), func(r *sql.Rows) error {
 		var n string

@@ -164,6 +164,9 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 		e.queues[q.Name] = true
 	}
 	e.mu.Unlock()
+	if subscribe {
+		subscriptionsGen.Add(1) // publishers of this process look again
+	}
 	return nil
 }
 

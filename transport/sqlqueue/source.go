@@ -31,8 +31,14 @@ type Source struct {
 	q      Queue
 	logger watermill.LoggerAdapter
 
-	wake   chan struct{}
+	w      *waiter
 	unhook func()
+	// short: the last claim returned fewer rows than asked, so (unless a
+	// wake-up arrives meanwhile) the next one would come back empty. Only
+	// sources of a Subscriber use it: they have a wake-up path (a LISTEN
+	// connection, or the in-process hub).
+	short     atomic.Bool
+	skipShort bool
 
 	begin    *coalesce.Coalescer[*transport.Delivery]
 	complete *coalesce.Coalescer[*transport.Delivery]
@@ -65,19 +71,20 @@ type retryItem struct {
 	delay time.Duration
 }
 
-func newSource(e *engine, cfg SubscriberConfig, q Queue) *Source {
+func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source {
 	s := &Source{
+		skipShort: skipShort,
 		e:         e,
 		cfg:       cfg,
 		q:         q,
 		logger:    cfg.Logger.With(watermill.LogFields{"queue": q.Name}),
-		wake:      make(chan struct{}, 1),
+		w:         &waiter{ch: make(chan struct{}, 1), debounce: cfg.WakeDebounce},
 		stopSweep: make(chan struct{}),
 	}
 	s.begin = coalesce.New(s.flushBegin, cfg.SettleBatch)
 	s.complete = coalesce.New(s.flushComplete, cfg.SettleBatch)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
-	s.unhook = localWake.add(q.Name, s.wake)
+	s.unhook = localWake.add(wakeKey{e.db, q.Name}, s.w)
 	if cfg.SweepInterval > 0 {
 		s.swept.Add(1)
 		go s.sweepLoop()
@@ -104,12 +111,26 @@ func newOwner() int64 {
 // ctx (a claim whose result were lost would strand its rows until the fetch
 // timeout); it is bounded by StatementTimeout.
 func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	s.w.idle.Store(false)
+	woken := false
 	select { // anything notified before this claim is covered by it
-	case <-s.wake:
+	case <-s.w.ch:
+		woken = true
 	default:
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.short.Swap(false) && !woken {
+		// The previous claim found fewer due rows than it asked for, and
+		// nothing was inserted, released or recovered here since (that would
+		// have sent a wake-up): the database would answer empty. Rows that
+		// arrive without a wake-up (delayed rows falling due, another
+		// process's releases) are found by the next poll, as they would be
+		// had this claim run a moment earlier.
+		s.e.ctrs.skippedClaims.Add(1)
+		s.w.idle.Store(true)
+		return nil, nil
 	}
 	owner := newOwner()
 	sctx, cancel := s.stmtCtx(ctx)
@@ -138,8 +159,12 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 		// Rows claimed before the failure are left to the sweeper.
 		return nil, s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
 	}
-	if len(ds) == 0 {
+	switch {
+	case len(ds) == 0:
 		s.e.ctrs.emptyClaims.Add(1)
+		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
+	case len(ds) < max && s.skipShort:
+		s.short.Store(true)
 	}
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
@@ -271,9 +296,14 @@ func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Du
 func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
 	ds := make([]*transport.Delivery, len(items))
 	rows := make([]RetryRef, len(items))
+	now := false
 	for i, it := range items {
 		ds[i] = it.d
 		rows[i] = RetryRef{Ref: refOf(it.d), Delay: it.delay}
+		now = now || it.delay <= 0
+	}
+	if now { // rows due at once: don't leave them to the next poll
+		defer localWake.notify(wakeKey{s.e.db, s.q.Name})
 	}
 	return s.fenced(ctx, ds, s.e.d.Retry(s.q, rows), &countRef{"retry", &s.e.ctrs.retries})
 }
@@ -281,6 +311,11 @@ func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
 // Release implements transport.Source: every given prefetched row returns
 // to pending in one fenced statement, attempts unchanged.
 func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
+	// The listener is pausing or stopping: it won't claim, so it must not
+	// be elected for wake-ups. Released rows are due at once: let another
+	// source of this pool take them without waiting for its poll.
+	s.w.idle.Store(false)
+	defer localWake.notify(wakeKey{s.e.db, s.q.Name})
 	var errs []error
 	for chunk := range slices.Chunk(ds, s.cfg.SettleBatch) {
 		for _, err := range s.fenced(ctx, chunk, s.e.d.Release(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}) {
@@ -337,7 +372,7 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 }
 
 // Wake implements transport.Waker.
-func (s *Source) Wake() <-chan struct{} { return s.wake }
+func (s *Source) Wake() <-chan struct{} { return s.w.ch }
 
 // Close implements transport.Source: it stops the sweeper and waits for
 // queued settlements to flush. Rows still leased are left to the sweeper.

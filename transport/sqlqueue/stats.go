@@ -7,6 +7,7 @@ import "sync/atomic"
 // Snapshot.
 type Counters struct {
 	claims, emptyClaims, claimedRows             atomic.Int64
+	skippedClaims                                atomic.Int64
 	begins, completes, renews, retries, releases atomic.Int64
 	deadLetters, inserts, sweeps, txs, other     atomic.Int64
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
@@ -19,16 +20,20 @@ type Stats struct {
 	Claims      int64 // claim statements
 	EmptyClaims int64 // claim statements that returned no row
 	ClaimedRows int64 // rows claimed
-	Begins      int64 // lease-gate statements (group-committed)
-	Completes   int64 // ack statements (group-committed)
-	Renews      int64 // lease renewal statements
-	Retries     int64 // nack statements
-	Releases    int64 // release statements
-	DeadLetters int64 // dead-letter statements
-	Inserts     int64 // publish statements
-	Sweeps      int64 // sweeper statements (including its lock)
-	Tx          int64 // BEGIN and COMMIT/ROLLBACK round trips
-	Other       int64 // schema and subscription statements
+	// SkippedClaims counts claims answered empty without a round trip (not
+	// in Claims): the previous claim came back short and no wake-up
+	// arrived since.
+	SkippedClaims int64
+	Begins        int64 // lease-gate statements (group-committed)
+	Completes     int64 // ack statements (group-committed)
+	Renews        int64 // lease renewal statements
+	Retries       int64 // nack statements
+	Releases      int64 // release statements
+	DeadLetters   int64 // dead-letter statements
+	Inserts       int64 // publish statements
+	Sweeps        int64 // sweeper statements (including its lock)
+	Tx            int64 // BEGIN and COMMIT/ROLLBACK round trips
+	Other         int64 // schema and subscription statements
 
 	LeaseLost    int64 // settlements refused because the fence did not match
 	Recovered    int64 // rows the sweeper returned to pending
@@ -47,7 +52,8 @@ func (s Stats) RoundTrips() int64 {
 func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Claims: c.claims.Load(), EmptyClaims: c.emptyClaims.Load(), ClaimedRows: c.claimedRows.Load(),
-		Begins: c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
+		SkippedClaims: c.skippedClaims.Load(),
+		Begins:        c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
 		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),

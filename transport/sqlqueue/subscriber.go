@@ -73,7 +73,7 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 		}
 		s.mu.Unlock()
 	}
-	return newSource(s.e, s.cfg, q), nil
+	return newSource(s.e, s.cfg, q, true), nil
 }
 
 // NewSource opens a source on the queue of (topic, cfg.ConsumerGroup)
@@ -89,7 +89,7 @@ func NewSource(ctx context.Context, cfg SubscriberConfig, topic string) (*Source
 	if err := e.ensureQueue(ctx, q, true); err != nil {
 		return nil, err
 	}
-	return newSource(e, cfg, q), nil
+	return newSource(e, cfg, q, false), nil
 }
 
 // Stats returns the round-trip and row counts of the source's engine.

@@ -87,10 +87,7 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered))
 	s.e.ctrs.expired.Add(int64(res.Expired))
 	if res.Recovered > 0 {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.w.send()
 	}
 	return res, nil
 }

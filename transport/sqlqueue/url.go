@@ -26,13 +26,15 @@ func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
 	c.Lease = p.Duration("lease", c.Lease, time.Second, 24*time.Hour)
 	c.FetchTimeout = p.Duration("fetch_timeout", c.FetchTimeout, time.Second, 24*time.Hour)
 	c.SweepInterval = p.Duration("sweep_interval", c.SweepInterval, -1, 24*time.Hour)
+	c.WakeDebounce = p.Duration("wake_debounce", c.WakeDebounce, -1, time.Second)
 }
 
 // ParseURL reads the publisher's URL parameters from p: the tables', and
-// max_message_size, delay, ttl.
+// max_message_size, delay, ttl, subscriptions_ttl.
 func (c *PublisherConfig) ParseURL(p *urlparam.Params) {
 	c.Tables.ParseURL(p)
 	c.MaxMessageSize = p.Int("max_message_size", c.MaxMessageSize, 1, 1<<30)
 	c.Delay = p.Duration("delay", c.Delay, 0, 365*24*time.Hour)
 	c.TTL = p.Duration("ttl", c.TTL, 0, 365*24*time.Hour)
+	c.SubscriptionsTTL = p.Duration("subscriptions_ttl", c.SubscriptionsTTL, -1, time.Hour)
 }

@@ -5,63 +5,147 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// localWake is the process-wide notifier: publishers in this process wake
-// the sources of the queue tables they inserted into. It is keyed by the
-// unquoted table name only; a wake-up for a same-named table in another
-// database costs one empty claim.
-var localWake = &hub{subs: map[string]map[chan struct{}]struct{}{}}
+// localWake is the process-wide wake-up hub. Sources register under (pool,
+// unquoted queue table); publishers in this process (dialects without a
+// Notifier) and each pool's LISTEN connection (dialects with one) notify
+// it.
+//
+// Waking every idle source on every notification makes a herd: all of them
+// claim, one finds the rows, the others' claims come back empty. The hub
+// instead debounces and elects:
+//
+//   - notifications of one key within its debounce window (the smallest
+//     SubscriberConfig.WakeDebounce of the key's sources) coalesce into one
+//     wake-up, at the end of the window;
+//   - that wake-up goes to one source only, the next idle one in
+//     round-robin order (idle: its last claim came back empty, so its loop
+//     is waiting for a wake-up or its empty delay). A source that is
+//     claiming already needs no wake-up;
+//   - when no source is idle (all are claiming or busy), every source gets
+//     a pending wake-up, so a claim that raced with the insert is followed
+//     by one more. Claim drops a pending wake-up at its start: whatever was
+//     notified before a claim is covered by it.
+var localWake = &hub{qs: map[wakeKey]*wakeQueue{}}
 
-type hub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
+// wakeKey identifies a queue as seen through one pool.
+type wakeKey struct {
+	db    *sql.DB
+	table string
 }
 
-func (h *hub) add(table string, ch chan struct{}) (remove func()) {
+type hub struct {
+	mu sync.Mutex
+	qs map[wakeKey]*wakeQueue
+}
+
+// waiter is one source's registration.
+type waiter struct {
+	ch       chan struct{} // capacity 1: at most one pending wake-up
+	idle     atomic.Bool   // the last claim came back empty
+	debounce time.Duration // ≤ 0: none
+}
+
+func (w *waiter) send() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+type wakeQueue struct {
+	ws    []*waiter
+	next  int         // round-robin start
+	timer *time.Timer // the pending debounced wake-up; nil when none
+}
+
+func (h *hub) add(k wakeKey, w *waiter) (remove func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.subs[table]
-	if m == nil {
-		m = map[chan struct{}]struct{}{}
-		h.subs[table] = m
+	q := h.qs[k]
+	if q == nil {
+		q = &wakeQueue{}
+		h.qs[k] = q
 	}
-	m[ch] = struct{}{}
+	q.ws = append(q.ws, w)
 	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		delete(h.subs[table], ch)
-		if len(h.subs[table]) == 0 {
-			delete(h.subs, table)
+		for i, x := range q.ws {
+			if x == w {
+				q.ws = append(q.ws[:i], q.ws[i+1:]...)
+				break
+			}
+		}
+		if len(q.ws) == 0 {
+			if q.timer != nil {
+				q.timer.Stop()
+				q.timer = nil
+			}
+			if h.qs[k] == q {
+				delete(h.qs, k)
+			}
 		}
 	}
 }
 
-// notify wakes every source of table without blocking; a source already
-// holding a wake-up keeps one (debounced).
-func (h *hub) notify(table string) {
+// notify records that rows may have arrived in k's table.
+func (h *hub) notify(k wakeKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs[table] {
-		select {
-		case ch <- struct{}{}:
-		default:
+	q := h.qs[k]
+	if q == nil || len(q.ws) == 0 || q.timer != nil {
+		return // nobody listens, or coalesced into the pending wake-up
+	}
+	d := q.ws[0].debounce
+	for _, w := range q.ws[1:] {
+		d = min(d, w.debounce)
+	}
+	if d <= 0 {
+		q.fire()
+		return
+	}
+	q.timer = time.AfterFunc(d, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		q.timer = nil
+		q.fire()
+	})
+}
+
+// fire wakes the next idle source, or every source when none is idle.
+// Called with the hub locked.
+func (q *wakeQueue) fire() {
+	n := len(q.ws)
+	for i := range n {
+		j := (q.next + i) % n
+		if q.ws[j].idle.Load() {
+			q.next = (j + 1) % n
+			q.ws[j].send()
+			return
 		}
+	}
+	for _, w := range q.ws {
+		w.send()
 	}
 }
 
-func (h *hub) notifyAll() {
+// notifyPool wakes every queue of db at once (after a LISTEN connection
+// was re-established: notifications sent meanwhile are lost).
+func (h *hub) notifyPool(db *sql.DB) {
 	h.mu.Lock()
-	tables := make([]string, 0, len(h.subs))
-	for t := range h.subs {
-		tables = append(tables, t)
-	}
-	h.mu.Unlock()
-	for _, t := range tables {
-		h.notify(t)
+	defer h.mu.Unlock()
+	for k, q := range h.qs {
+		if k.db == db {
+			for _, w := range q.ws {
+				w.send()
+			}
+		}
 	}
 }
 
@@ -125,8 +209,8 @@ func (l *listener) run(ctx context.Context, db *sql.DB, n Notifier) {
 		if err == nil {
 			// Notifications sent while we were not listening are lost: wake
 			// every local source once, so none waits for its poll.
-			localWake.notifyAll()
-			err = n.Listen(ctx, conn, localWake.notify)
+			localWake.notifyPool(db)
+			err = n.Listen(ctx, conn, func(table string) { localWake.notify(wakeKey{db, table}) })
 			// Never return a LISTENing connection to the pool.
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			_ = conn.Close()

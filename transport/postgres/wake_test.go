@@ -1,0 +1,169 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// BenchmarkWakeup measures what wake-ups cost: instances competing for one
+// queue, idle between messages, each published on its own at a steady
+// rate (one NOTIFY per Publish). It reports empty claims per message (the
+// herd every NOTIFY wakes) and round trips per message, for instances with
+// private pools (as separate processes) and for subscribers sharing one
+// pool (goroutines of one process).
+//
+//	go test -run '^$' -bench Wakeup -benchtime 400x ./transport/postgres/
+func BenchmarkWakeup(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		for _, debounce := range []time.Duration{-1, 0} {
+			name := fmt.Sprintf("private_pools/debounce=%s", debounceName(debounce))
+			if shared {
+				name = fmt.Sprintf("one_pool/debounce=%s", debounceName(debounce))
+			}
+			b.Run(name, func(b *testing.B) { benchWakeup(b, 4, shared, debounce) })
+		}
+	}
+}
+
+func debounceName(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "off"
+	case d == 0:
+		return "default"
+	}
+	return d.String()
+}
+
+func benchWakeup(b *testing.B, instances int, shared bool, debounce time.Duration) {
+	url := testenv.PostgresSchemaURL(b)
+	pubDB, err := postgres.Open(url, 2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pubDB.Close()
+	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: pubDB}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+
+	var sharedDB = pubDB
+	if shared {
+		if sharedDB, err = postgres.Open(url, 3); err != nil {
+			b.Fatal(err)
+		}
+		defer sharedDB.Close()
+	}
+	const topic = "wake"
+	var (
+		subs     []*sqlqueue.Subscriber
+		received atomic.Int64
+		wg       sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range instances {
+		db := sharedDB
+		if !shared {
+			if db, err = postgres.Open(url, 2); err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+		}
+		c := sqlqueue.SubscriberConfig{DB: db}
+		c.Pipeline.Concurrency = 16
+		setDebounce(&c, debounce)
+		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		subs = append(subs, sub)
+		ch, err := sub.Subscribe(ctx, topic)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range ch {
+				received.Add(1)
+				m.Ack()
+			}
+		}()
+	}
+	// Let every loop go idle (one empty claim each) before measuring.
+	waitUntil(b, 10*time.Second, func() bool {
+		for _, s := range subs {
+			if s.Stats().EmptyClaims == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	before := sumStats(subs)
+	pubBefore := pub.Stats()
+	b.ResetTimer()
+	tick := time.NewTicker(5 * time.Millisecond) // 200 msg/s
+	for i := 0; i < b.N; i++ {
+		<-tick.C
+		if err := pub.Publish(topic, message.NewMessage(fmt.Sprint(i), []byte("x"))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tick.Stop()
+	waitUntil(b, 30*time.Second, func() bool { return received.Load() >= int64(b.N) })
+	b.StopTimer()
+	after := sumStats(subs)
+	pubAfter := pub.Stats()
+	n := float64(b.N)
+	b.ReportMetric(float64(after.EmptyClaims-before.EmptyClaims)/n, "empty_claims/msg")
+	b.ReportMetric(float64(after.Claims-before.Claims)/n, "claims/msg")
+	b.ReportMetric(float64(after.RoundTrips()-before.RoundTrips())/n, "sub_round_trips/msg")
+	b.ReportMetric(float64(pubAfter.RoundTrips()-pubBefore.RoundTrips())/n, "publish_round_trips/msg")
+	cancel()
+	for _, s := range subs {
+		_ = s.Close()
+	}
+	wg.Wait()
+}
+
+func sumStats(subs []*sqlqueue.Subscriber) sqlqueue.Stats {
+	var t sqlqueue.Stats
+	for _, s := range subs {
+		st := s.Stats()
+		t.Claims += st.Claims
+		t.EmptyClaims += st.EmptyClaims
+		t.Begins += st.Begins
+		t.Completes += st.Completes
+		t.Sweeps += st.Sweeps
+		t.Tx += st.Tx
+		t.Other += st.Other
+		t.Renews += st.Renews
+		t.Releases += st.Releases
+	}
+	return t
+}
+
+func waitUntil(tb testing.TB, d time.Duration, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatal("condition not met in time")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+func setDebounce(c *sqlqueue.SubscriberConfig, d time.Duration) { c.WakeDebounce = d }

@@ -1,0 +1,68 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport/sqlite"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// A Publish to a known topic is one round trip (the INSERT): the topic's
+// subscriptions are cached. A consumer group subscribed in this process is
+// seen by the very next Publish.
+func TestPublishOneRoundTripAndSeesNewGroups(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "publish.db")
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path, PublisherConfig: sqlqueue.PublisherConfig{SubscriptionsTTL: time.Hour}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := sqlite.NewSubscriber(subConfig(path, "billing"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize("orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("orders", message.NewMessage("1", []byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	before := pub.Stats().RoundTrips()
+	for i := range 10 {
+		if err := pub.Publish("orders", message.NewMessage(string(rune('b'+i)), []byte("b"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := pub.Stats().RoundTrips() - before; got != 10 {
+		t.Fatalf("10 Publish calls took %d round trips, want 10", got)
+	}
+
+	// A new group, subscribed in-process after the cache was filled.
+	sub2, err := sqlite.NewSubscriber(subConfig(path, "shipping"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub2.Close()
+	ch, err := sub2.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("orders", message.NewMessage("new", []byte("n"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		if m.UUID != "new" {
+			t.Fatalf("got %s, want the message published after subscribing", m.UUID)
+		}
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new consumer group did not receive the next Publish")
+	}
+}
