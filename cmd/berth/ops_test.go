@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berth-go/berth/internal/inspect"
+	"github.com/berth-go/berth/internal/testenv"
+)
+
+// deadLetters lists the dead letters as JSON.
+func deadLetters(t *testing.T, u string, extra ...string) []inspect.DeadLetter {
+	t.Helper()
+	out := mustRun(t, append([]string{"dlq", "list", "--url", u, "--limit", "0", "--json"}, extra...)...)
+	var ds []inspect.DeadLetter
+	if err := json.Unmarshal([]byte(out), &ds); err != nil {
+		t.Fatalf("dlq list --json: %v\n%s", err, out)
+	}
+	return ds
+}
+
+func queueStats(t *testing.T, u string) map[string]inspect.QueueStats {
+	t.Helper()
+	out := mustRun(t, "queues", "--url", u, "--json")
+	var qs []inspect.QueueStats
+	if err := json.Unmarshal([]byte(out), &qs); err != nil {
+		t.Fatalf("queues --json: %v\n%s", err, out)
+	}
+	m := map[string]inspect.QueueStats{}
+	for _, q := range qs {
+		m[q.Queue] = q
+		if q.Topic != "" {
+			m[q.Topic] = q
+		}
+	}
+	return m
+}
+
+// opsRoundTrip runs the demo with poison orders on u, then exercises
+// migrate, queues and every dlq subcommand against what it left.
+func opsRoundTrip(t *testing.T, u, topic string) {
+	t.Helper()
+	if !strings.HasPrefix(u, "sqs") {
+		out := mustRun(t, "migrate", "--url", u)
+		if !strings.Contains(out, "schema") {
+			t.Fatalf("migrate: %s", out)
+		}
+		out = mustRun(t, "migrate", "--url", u) // idempotent
+		if !strings.Contains(out, "up to date") {
+			t.Fatalf("second migrate: %s", out)
+		}
+	}
+	out := mustRun(t, "demo", "--url", u, "--topic", topic, "--messages", "40", "--rate", "2000", "--fail", "0", "--poison", "0.25", "--health-addr", "")
+	if !strings.Contains(out, "lost                       0") {
+		t.Fatalf("demo lost messages:\n%s", out)
+	}
+	ds := deadLetters(t, u)
+	if len(ds) == 0 {
+		t.Fatalf("no dead letters after the demo:\n%s", out)
+	}
+	for _, d := range ds {
+		if d.Reason == "" || d.UUID == "" || d.Metadata["demo_poison"] != "true" {
+			t.Fatalf("dead letter lacks reason, uuid or metadata: %+v", d)
+		}
+	}
+	if got := deadLetters(t, u, "--filter", "reason=no such reason"); len(got) != 0 {
+		t.Fatalf("reason filter matched %d", len(got))
+	}
+	if got := deadLetters(t, u, "--older-than", "1h"); len(got) != 0 {
+		t.Fatalf("age filter matched %d", len(got))
+	}
+	if got := deadLetters(t, u, "--queue", topic, "--reason", "maxattempts"); len(got) != len(ds) {
+		t.Fatalf("queue+reason filter matched %d of %d", len(got), len(ds))
+	}
+	out = mustRun(t, "dlq", "show", ds[0].ID, "--url", u)
+	if !strings.Contains(out, ds[0].UUID) || !strings.Contains(out, "MaxAttempts") {
+		t.Fatalf("dlq show:\n%s", out)
+	}
+	qs := queueStats(t, u)
+	if qs[topic].DeadLettered < int64(len(ds)) && !strings.HasPrefix(u, "sqs") {
+		t.Fatalf("queues: %+v, want %d dead-lettered", qs[topic], len(ds))
+	}
+	out = mustRun(t, "queues", "--url", u)
+	if !strings.Contains(out, "READY") {
+		t.Fatalf("queues table:\n%s", out)
+	}
+
+	// Replay one (dry run first), then purge the rest.
+	out = mustRun(t, "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID, "--dry-run")
+	if !strings.Contains(out, "would replay 1") {
+		t.Fatalf("replay --dry-run:\n%s", out)
+	}
+	if got := deadLetters(t, u); len(got) != len(ds) {
+		t.Fatalf("dry run changed the dead letters: %d, want %d", len(got), len(ds))
+	}
+	out = mustRun(t, "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID)
+	if !strings.Contains(out, "replayed 1") {
+		t.Fatalf("replay:\n%s", out)
+	}
+	if !strings.HasPrefix(u, "sqs") { // SQS counts are approximate
+		if q := queueStats(t, u)[topic]; q.Ready != 1 {
+			t.Fatalf("after replay the queue has %d ready, want 1: %+v", q.Ready, q)
+		}
+	}
+	out = mustRun(t, "dlq", "purge", "--url", u, "--dry-run")
+	if !strings.Contains(out, "would purge") {
+		t.Fatalf("purge --dry-run:\n%s", out)
+	}
+	mustRun(t, "dlq", "purge", "--url", u)
+	if got := deadLetters(t, u); len(got) != 0 {
+		t.Fatalf("%d dead letters after purge", len(got))
+	}
+}
+
+func TestOpsSQLite(t *testing.T) {
+	u := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
+	opsRoundTrip(t, u, "ops_orders")
+	out := mustRun(t, "migrate", "--url", u, "--print", "--queue", "orders:billing")
+	for _, want := range []string{"CREATE TABLE", "berth_errors", "berth_q_orders__billing"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("migrate --print lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestOpsPostgres(t *testing.T) {
+	u := testenv.PostgresSchemaURL(t)
+	// --print needs no connection.
+	out := mustRun(t, "migrate", "--url", u, "--print")
+	if !strings.Contains(out, "GENERATED ALWAYS AS IDENTITY") {
+		t.Fatalf("migrate --print:\n%s", out)
+	}
+	opsRoundTrip(t, u, "ops_orders")
+}
+
+func TestMigratePrintSQLServer(t *testing.T) {
+	out := mustRun(t, "migrate", "--url", "sqlserver://sa:x@127.0.0.1:1?database=app&schema=queues", "--print")
+	if !strings.Contains(out, "GO") || !strings.Contains(out, "[queues].[berth_errors]") {
+		t.Fatalf("migrate --print for SQL Server:\n%s", out)
+	}
+}
+
+func TestOpsSQS(t *testing.T) {
+	ep := testenv.SQSEndpoint(t)
+	e, err := url.Parse(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq := testenv.UniqueName("ops_dlq")
+	u := "sqs://test:test@" + e.Host + "?region=us-east-1&create=true&dead_letter_queue=" + dlq
+	topic := testenv.UniqueName("ops_orders")
+	opsRoundTrip(t, u, topic)
+	out := mustRun(t, "queues", "--url", u, "--prefix", topic)
+	if !strings.Contains(out, topic) || !strings.Contains(out, dlq) {
+		t.Fatalf("queues:\n%s", out)
+	}
+}
+
+func TestDemoPostgres(t *testing.T) {
+	u := testenv.PostgresSchemaURL(t)
+	out := mustRun(t, "demo", "--url", u, "--messages", "100", "--rate", "2000")
+	if !strings.Contains(out, "lost                       0") || !strings.Contains(out, "Summary") {
+		t.Fatalf("demo on postgres:\n%s", out)
+	}
+}
+
+func TestDemoSQS(t *testing.T) {
+	e, err := url.Parse(testenv.SQSEndpoint(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "sqs://test:test@" + e.Host + "?region=us-east-1&create=true"
+	out := mustRun(t, "demo", "--url", u, "--topic", testenv.UniqueName("demo"), "--messages", "60", "--rate", "500")
+	if !strings.Contains(out, "lost                       0") || !strings.Contains(out, "Summary") {
+		t.Fatalf("demo on SQS:\n%s", out)
+	}
+}

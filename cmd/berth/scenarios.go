@@ -1,0 +1,7 @@
+package main
+
+// The benchmark scenarios `berth bench` runs register themselves when
+// imported.
+import (
+	_ "github.com/berth-go/berth/internal/bench/sqlbench"
+)

@@ -1,0 +1,683 @@
+package inspect
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlite"
+	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlserver"
+)
+
+// ErrNotSQL is returned by OpenSQL for a URL of a transport without tables.
+var ErrNotSQL = errors.New("inspect: not a SQL transport URL")
+
+// SQL is one SQL deployment: a pool, its dialect and where its tables are.
+type SQL struct {
+	DB      *sql.DB
+	Dialect sqlqueue.Dialect
+	Tables  sqlqueue.Tables
+	Names   sqlqueue.Names
+	// Kind is "postgres", "sqlite" or "sqlserver".
+	Kind   string
+	closer io.Closer
+	open   func() (*sql.DB, io.Closer, error)
+	where  string // the redacted URL, for errors
+	now    func() time.Time
+}
+
+// pgConnParams mirrors transport/postgres's pass-through connection
+// parameters (unexported there).
+var pgConnParams = []string{
+	"application_name", "channel_binding", "client_encoding", "connect_timeout",
+	"default_query_exec_mode", "description_cache_capacity", "fallback_application_name",
+	"gssencmode", "host", "hostaddr", "krbspn", "krbsrvname", "options", "passfile", "password",
+	"port", "search_path", "service", "servicefile", "sslcert", "sslkey", "sslmode",
+	"sslnegotiation", "sslpassword", "sslrootcert", "sslsni", "statement_cache_capacity",
+	"statement_timeout", "target_session_attrs", "timezone", "user", "dbname",
+	"lock_timeout", "idle_in_transaction_session_timeout",
+}
+
+// PlanSQL parses a postgres://, postgresql://, sqlite:// or sqlserver://
+// URL (the transports' URLs, every Berth parameter accepted) without
+// connecting: enough for DDL. Other schemes return ErrNotSQL; a bad
+// parameter returns an error wrapping transport.ErrInvalidConfig that names
+// it.
+func PlanSQL(rawURL string) (*SQL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad URL: %w", transport.ErrInvalidConfig, err)
+	}
+	s := &SQL{now: time.Now, where: u.Redacted()}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		p := urlparam.New(u.Query())
+		conn := url.Values{}
+		for _, k := range pgConnParams {
+			if p.Has(k) {
+				conn[k] = u.Query()[k]
+			}
+		}
+		p.Int("max_conns", 2, 2, 1000)
+		var sc sqlqueue.SubscriberConfig
+		sc.ParseURL(p)
+		var pc sqlqueue.PublisherConfig
+		pc.ParseURL(p)
+		if err := p.Err(); err != nil {
+			return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
+		}
+		du := *u
+		du.Scheme = "postgres"
+		du.RawQuery = conn.Encode()
+		dsn := du.String()
+		s.Dialect, s.Tables, s.Kind = postgres.Dialect{}, sc.Tables, "postgres"
+		s.open = func() (*sql.DB, io.Closer, error) {
+			db, err := postgres.Open(dsn, 2)
+			return db, db, err
+		}
+	case "sqlite":
+		path, err := sqlite.PathFromURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
+		}
+		p := urlparam.New(u.Query())
+		var sc sqlqueue.SubscriberConfig
+		sc.ParseURL(p)
+		var pc sqlqueue.PublisherConfig
+		pc.ParseURL(p)
+		if err := p.Err(); err != nil {
+			return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
+		}
+		s.Dialect, s.Tables, s.Kind = sqlite.Dialect{}, sc.Tables, "sqlite"
+		s.open = func() (*sql.DB, io.Closer, error) {
+			db, closer, err := sqlite.Open(path)
+			return db, closer, err
+		}
+	case "sqlserver":
+		cfg, err := sqlserver.ParseSubscriberURL(u)
+		if err != nil {
+			return nil, err
+		}
+		s.Dialect, s.Tables, s.Kind = sqlserver.Dialect{}, cfg.Tables, "sqlserver"
+		s.open = func() (*sql.DB, io.Closer, error) {
+			db, err := sqlserver.Open(cfg.DSN, 2)
+			return db, db, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: %q", ErrNotSQL, u.Scheme)
+	}
+	if s.Tables.Prefix == "" {
+		s.Tables.Prefix = sqlqueue.DefaultTablePrefix
+	}
+	s.Names = sqlqueue.NamesFor(s.Dialect, s.Tables)
+	return s, nil
+}
+
+// OpenSQL is PlanSQL, then it opens a pool and checks that the database
+// answers.
+func OpenSQL(ctx context.Context, rawURL string) (*SQL, error) {
+	s, err := PlanSQL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	db, closer, err := s.open()
+	if err != nil {
+		return nil, err
+	}
+	s.DB, s.closer = db, closer
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.DB.PingContext(pctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("cannot reach %s at %s: %w", s.Kind, s.where, err)
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *SQL) Close() error {
+	if s.closer == nil {
+		return nil
+	}
+	c := s.closer
+	s.closer = nil
+	return c.Close()
+}
+
+// DDL returns the schema script for DBAs: the shared tables and the queue
+// table of each (topic, group) pair. SQL Server's is sqlcmd-ready (GO
+// between batches).
+func (s *SQL) DDL(queues ...[2]string) string {
+	if s.Kind == "sqlserver" {
+		return sqlserver.DDL(s.Tables, queues...)
+	}
+	return sqlqueue.DDL(s.Dialect, s.Tables, queues...)
+}
+
+// ph returns the i-th (1-based) placeholder of the dialect.
+func (s *SQL) ph(i int) string {
+	switch s.Kind {
+	case "postgres":
+		return "$" + strconv.Itoa(i)
+	case "sqlserver":
+		return "@p" + strconv.Itoa(i)
+	default:
+		return "?"
+	}
+}
+
+func (s *SQL) exec(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, st sqlqueue.Stmt) error {
+	rows, err := q.QueryContext(ctx, st.SQL, st.Args...)
+	if err != nil {
+		return err
+	}
+	for {
+		for rows.Next() {
+		}
+		if !rows.NextResultSet() {
+			break
+		}
+	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close()
+		return err
+	}
+	return rows.Close()
+}
+
+// Version returns the applied schema version and the one this build
+// creates; have is 0 when the schema does not exist yet.
+func (s *SQL) Version(ctx context.Context) (have, want int, err error) {
+	ms := s.Dialect.Migrations(s.Names)
+	if len(ms) > 0 {
+		want = ms[len(ms)-1].Version
+	}
+	if err := s.DB.QueryRowContext(ctx, s.Dialect.SchemaVersion(s.Names).SQL, s.Dialect.SchemaVersion(s.Names).Args...).Scan(&have); err != nil {
+		if ok, _ := s.tableExists(ctx, s.Names.VersionName); !ok {
+			return 0, want, nil
+		}
+		return 0, want, fmt.Errorf("read schema version: %w", err)
+	}
+	return have, want, nil
+}
+
+// Migrate creates the shared tables or upgrades them to this build's
+// version under the cluster-wide schema lock (as a starting subscriber
+// does), then creates or upgrades the queue table of every subscription
+// and of each (topic, group) pair in queues. It returns the versions before
+// and after. The SQL Server session is checked first.
+func (s *SQL) Migrate(ctx context.Context, queues ...[2]string) (from, to int, err error) {
+	if c, ok := s.Dialect.(sqlqueue.SessionChecker); ok {
+		if err := c.Check(ctx, s.DB); err != nil {
+			return 0, 0, fmt.Errorf("session check: %w", err)
+		}
+	}
+	lockKey := s.Tables.Schema + "." + s.Tables.Prefix + "schema"
+	ms := s.Dialect.Migrations(s.Names)
+	want := 0
+	if len(ms) > 0 {
+		want = ms[len(ms)-1].Version
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.exec(ctx, tx, s.Dialect.Lock(lockKey, true)); err != nil {
+			return fmt.Errorf("schema lock: %w", err)
+		}
+		for _, st := range s.Dialect.VersionTable(s.Names) {
+			if err := s.exec(ctx, tx, st); err != nil {
+				return err
+			}
+		}
+		v := s.Dialect.SchemaVersion(s.Names)
+		if err := tx.QueryRowContext(ctx, v.SQL, v.Args...).Scan(&from); err != nil {
+			return err
+		}
+		if from > want {
+			return fmt.Errorf("%w: the database has version %d, this build knows up to %d", sqlqueue.ErrSchemaVersion, from, want)
+		}
+		for _, m := range ms {
+			if m.Version <= from {
+				continue
+			}
+			for _, st := range m.Stmts {
+				if err := s.exec(ctx, tx, st); err != nil {
+					return fmt.Errorf("migration %d: %w", m.Version, err)
+				}
+			}
+		}
+		if from < want {
+			if err := s.exec(ctx, tx, s.Dialect.SetSchemaVersion(s.Names, want)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return from, from, fmt.Errorf("migrate: %w", err)
+	}
+	subs, err := s.subscriptions(ctx)
+	if err != nil {
+		return from, want, err
+	}
+	for _, q := range queues {
+		subs = append(subs, sqlqueue.QueueFor(s.Dialect, s.Tables, q[0], q[1]))
+	}
+	for _, q := range subs {
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			if err := s.exec(ctx, tx, s.Dialect.Lock(lockKey, true)); err != nil {
+				return fmt.Errorf("schema lock: %w", err)
+			}
+			for _, st := range s.Dialect.CreateQueue(q) {
+				if err := s.exec(ctx, tx, st); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return from, want, fmt.Errorf("migrate queue %s: %w", q.Name, err)
+		}
+	}
+	return from, want, nil
+}
+
+func (s *SQL) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// subscriptions returns the subscribed queues, by table name.
+func (s *SQL) subscriptions(ctx context.Context) ([]sqlqueue.Queue, error) {
+	rows, err := s.DB.QueryContext(ctx, `SELECT topic, consumer_group, queue_table FROM `+s.Names.Subscriptions+` ORDER BY queue_table`)
+	if err != nil {
+		if ok, _ := s.tableExists(ctx, s.Names.SubscriptionsName); !ok {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read subscriptions: %w", err)
+	}
+	defer rows.Close()
+	var out []sqlqueue.Queue
+	for rows.Next() {
+		var topic, group, table string
+		if err := rows.Scan(&topic, &group, &table); err != nil {
+			return nil, err
+		}
+		q := sqlqueue.QueueFor(s.Dialect, s.Tables, topic, group)
+		if q.Name != table {
+			q = s.queueByName(table)
+			q.Topic, q.Group = topic, group
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// queueByName returns the queue of an unquoted table name whose topic is
+// unknown.
+func (s *SQL) queueByName(name string) sqlqueue.Queue {
+	q := sqlqueue.Queue{Name: name, Errors: s.Names.Errors}
+	if s.Tables.Schema == "" {
+		q.Table = s.Dialect.QuoteIdent(name)
+	} else {
+		q.Table = s.Dialect.QuoteIdent(s.Tables.Schema) + "." + s.Dialect.QuoteIdent(name)
+	}
+	return q
+}
+
+// tableExists reports whether the unquoted table exists in the tables'
+// schema (or the connection's default).
+func (s *SQL) tableExists(ctx context.Context, name string) (bool, error) {
+	var q string
+	var args []any
+	switch s.Kind {
+	case "sqlite":
+		q, args = `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, []any{name}
+	case "postgres":
+		if s.Tables.Schema == "" {
+			q, args = `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`, []any{name}
+		} else {
+			q, args = `SELECT count(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = $2`, []any{s.Tables.Schema, name}
+		}
+	case "sqlserver":
+		if s.Tables.Schema == "" {
+			q, args = `SELECT count(*) FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = SCHEMA_NAME() AND TABLE_NAME = @p1`, []any{name}
+		} else {
+			q, args = `SELECT count(*) FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = @p1 AND TABLE_NAME = @p2`, []any{s.Tables.Schema, name}
+		}
+	}
+	var n int
+	if err := s.DB.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// queueTables lists the tables named like queue tables (prefix + "q_").
+func (s *SQL) queueTables(ctx context.Context) ([]string, error) {
+	like := strings.NewReplacer(`\`, `\\`, `_`, `\_`, `%`, `\%`).Replace(s.Tables.Prefix+"q_") + "%"
+	var q string
+	var args []any
+	switch s.Kind {
+	case "sqlite":
+		q, args = `SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE ? ESCAPE '\'`, []any{like}
+	case "postgres":
+		if s.Tables.Schema == "" {
+			q, args = `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE $1 ESCAPE '\'`, []any{like}
+		} else {
+			q, args = `SELECT table_name FROM information_schema.tables WHERE table_schema = $2 AND table_name LIKE $1 ESCAPE '\'`, []any{like, s.Tables.Schema}
+		}
+	case "sqlserver":
+		if s.Tables.Schema == "" {
+			q, args = `SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = SCHEMA_NAME() AND TABLE_NAME LIKE @p1 ESCAPE '\'`, []any{like}
+		} else {
+			q, args = `SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = @p2 AND TABLE_NAME LIKE @p1 ESCAPE '\'`, []any{like, s.Tables.Schema}
+		}
+	}
+	rows, err := s.DB.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list queue tables: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// Queues implements Inspector: every queue table (subscribed, found in the
+// catalog by its prefix, or named by dead letters), with its rows counted
+// by state and its dead letters.
+func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
+	byName := map[string]*QueueStats{}
+	queues := map[string]sqlqueue.Queue{}
+	subs, err := s.subscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range subs {
+		queues[q.Name] = q
+	}
+	tables, err := s.queueTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	existing := map[string]bool{}
+	for _, t := range tables {
+		existing[t] = true
+		if _, ok := queues[t]; !ok {
+			queues[t] = s.queueByName(t)
+		}
+	}
+	dead, err := s.deadCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for t := range dead {
+		if _, ok := queues[t]; !ok {
+			queues[t] = s.queueByName(t)
+		}
+	}
+	now := s.nowExpr()
+	for name, q := range queues {
+		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name]}
+		byName[name] = st
+		if !existing[name] {
+			st.Missing = true
+			continue
+		}
+		query := `SELECT
+	coalesce(sum(CASE WHEN state = 0 AND due_at <= ` + now.sql + ` THEN 1 ELSE 0 END), 0),
+	coalesce(sum(CASE WHEN state = 0 AND due_at > ` + now.sql + ` THEN 1 ELSE 0 END), 0),
+	coalesce(sum(CASE WHEN state <> 0 THEN 1 ELSE 0 END), 0)
+FROM ` + q.Table
+		if err := s.DB.QueryRowContext(ctx, query, now.args...).Scan(&st.Ready, &st.Delayed, &st.InFlight); err != nil {
+			return nil, fmt.Errorf("count %s: %w", name, err)
+		}
+	}
+	out := make([]QueueStats, 0, len(byName))
+	for _, st := range byName {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+type expr struct {
+	sql  string
+	args []any
+}
+
+// nowExpr is the database's "now" as stored in time columns.
+func (s *SQL) nowExpr() expr {
+	switch s.Kind {
+	case "postgres":
+		return expr{sql: "now()"}
+	case "sqlserver":
+		return expr{sql: "SYSUTCDATETIME()"}
+	default: // sqlite stores Unix milliseconds from the process clock
+		ms := s.now().UnixMilli()
+		return expr{sql: "?", args: []any{ms, ms}}
+	}
+}
+
+func (s *SQL) deadCounts(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.DB.QueryContext(ctx, `SELECT queue_table, count(*) FROM `+s.Names.Errors+` GROUP BY queue_table`)
+	if err != nil {
+		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
+			return map[string]int64{}, nil
+		}
+		return nil, fmt.Errorf("count dead letters: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, err
+		}
+		out[t] = n
+	}
+	return out, rows.Err()
+}
+
+// errRow is a dead letter with its queue's topic, for filtering.
+type errRow struct {
+	DeadLetter
+	id      int64
+	topic   string
+	headers string
+}
+
+// selectDead reads the error table's rows (optionally of one queue table
+// or topic), oldest first, and applies f.
+func (s *SQL) selectDead(ctx context.Context, f Filter, limit int) ([]errRow, error) {
+	subs, err := s.subscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	topics := map[string]string{}
+	for _, q := range subs {
+		topics[q.Name] = q.Topic
+	}
+	rows, err := s.DB.QueryContext(ctx, `SELECT id, queue_table, message_uuid, headers, body, attempts, reason, failed_at FROM `+s.Names.Errors+` ORDER BY id`)
+	if err != nil {
+		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	defer rows.Close()
+	now := s.now()
+	var out []errRow
+	for rows.Next() {
+		var r errRow
+		var failed any
+		if err := rows.Scan(&r.id, &r.Queue, &r.UUID, &r.headers, &r.Payload, &r.Attempts, &r.Reason, &failed); err != nil {
+			return nil, err
+		}
+		r.ID = strconv.FormatInt(r.id, 10)
+		r.FailedAt = toTime(failed)
+		r.topic = topics[r.Queue]
+		r.Metadata = map[string]string{}
+		_ = json.Unmarshal([]byte(r.headers), &r.Metadata)
+		if !f.Match(r.DeadLetter, now, r.topic) {
+			continue
+		}
+		out = append(out, r)
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+	}
+	return out, rows.Err()
+}
+
+func toTime(v any) time.Time {
+	switch t := v.(type) {
+	case time.Time:
+		return t
+	case int64:
+		return time.UnixMilli(t)
+	case float64:
+		return time.UnixMilli(int64(t))
+	case []byte:
+		n, _ := strconv.ParseInt(string(t), 10, 64)
+		return time.UnixMilli(n)
+	case string:
+		if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+			return time.UnixMilli(n)
+		}
+		tt, _ := time.Parse(time.RFC3339Nano, t)
+		return tt
+	}
+	return time.Time{}
+}
+
+func plainRows(rs []errRow) []DeadLetter {
+	out := make([]DeadLetter, len(rs))
+	for i, r := range rs {
+		out[i] = r.DeadLetter
+	}
+	return out
+}
+
+// DeadLetters implements Inspector.
+func (s *SQL) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLetter, error) {
+	rs, err := s.selectDead(ctx, f, limit)
+	return plainRows(rs), err
+}
+
+// Purge implements Inspector: it deletes the selected rows of the error
+// table.
+func (s *SQL) Purge(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, error) {
+	rs, err := s.selectDead(ctx, f, 0)
+	if err != nil || dryRun || len(rs) == 0 {
+		return plainRows(rs), err
+	}
+	for chunk := range chunks(rs, 500) {
+		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.deleteDead(ctx, tx, chunk) })
+		if err != nil {
+			return nil, fmt.Errorf("purge: %w", err)
+		}
+	}
+	return plainRows(rs), nil
+}
+
+func (s *SQL) deleteDead(ctx context.Context, tx *sql.Tx, rs []errRow) error {
+	ph := make([]string, len(rs))
+	args := make([]any, len(rs))
+	for i, r := range rs {
+		ph[i], args[i] = s.ph(i+1), r.id
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM `+s.Names.Errors+` WHERE id IN (`+strings.Join(ph, ", ")+`)`, args...)
+	return err
+}
+
+func chunks(rs []errRow, n int) func(func([]errRow) bool) {
+	return func(yield func([]errRow) bool) {
+		for i := 0; i < len(rs); i += n {
+			if !yield(rs[i:min(i+n, len(rs))]) {
+				return
+			}
+		}
+	}
+}
+
+// Replay implements Inspector: each selected row is inserted into its
+// queue table as a new message (same UUID, metadata and payload; attempts
+// from zero; due now) and deleted from the error table, one transaction per
+// queue and chunk. A queue table that no longer exists fails the replay of
+// its rows, which stay in the error table.
+func (s *SQL) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, error) {
+	rs, err := s.selectDead(ctx, f, 0)
+	if err != nil || dryRun || len(rs) == 0 {
+		return plainRows(rs), err
+	}
+	subs, err := s.subscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	queues := map[string]sqlqueue.Queue{}
+	for _, q := range subs {
+		queues[q.Name] = q
+	}
+	byQueue := map[string][]errRow{}
+	var order []string
+	for _, r := range rs {
+		if _, ok := byQueue[r.Queue]; !ok {
+			order = append(order, r.Queue)
+		}
+		byQueue[r.Queue] = append(byQueue[r.Queue], r)
+	}
+	var done []DeadLetter
+	for _, name := range order {
+		q, ok := queues[name]
+		if !ok {
+			q = s.queueByName(name)
+		}
+		for chunk := range chunks(byQueue[name], 200) {
+			ins := make([]sqlqueue.InsertRow, len(chunk))
+			for i, r := range chunk {
+				ins[i] = sqlqueue.InsertRow{UUID: r.UUID, Headers: []byte(r.headers), Body: r.Payload}
+			}
+			err := s.inTx(ctx, func(tx *sql.Tx) error {
+				for _, st := range s.Dialect.Insert(q, ins) {
+					if err := s.exec(ctx, tx, st); err != nil {
+						return err
+					}
+				}
+				return s.deleteDead(ctx, tx, chunk)
+			})
+			if err != nil {
+				return done, fmt.Errorf("replay to %s: %w", name, err)
+			}
+			done = append(done, plainRows(chunk)...)
+		}
+	}
+	return done, nil
+}
