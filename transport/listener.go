@@ -590,13 +590,13 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 			claimed += len(ds)
 			if err != nil {
 				errs = append(errs, err)
-			} else if len(ds) > 0 {
-				hits++
+			} else if len(ds) >= m {
+				hits++ // a probe finds its message when the call comes back full
 			}
 		}()
 	}
 	wg.Wait()
-	if hits == 0 && len(errs) > 0 {
+	if claimed == 0 && len(errs) > 0 {
 		return launched, 0, claimed, errors.Join(errs...)
 	}
 	return launched, hits, claimed, nil

@@ -15,7 +15,7 @@
 // What a probe is depends on the transport: one SQL claim of n rows counts as
 // n probes (rows returned = probes that found a message); an SQS wave of k
 // concurrent ReceiveMessage calls counts each call as a probe that found a
-// message when it returned at least one.
+// message when it came back full.
 //
 // A Controller is pure logic with an injected clock; it is not safe for
 // concurrent use (one receive loop owns it).
@@ -60,9 +60,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EmptyDelay == 0 {
 		c.EmptyDelay = DefaultEmptyDelay
-	}
-	if c.EmptyDelay < 0 {
-		c.EmptyDelay = 0
 	}
 	if c.IdleAfter == 0 {
 		c.IdleAfter = DefaultIdleAfter
@@ -139,7 +136,7 @@ func (c *Controller) Observe(launched, found int) time.Duration {
 		return 0
 	case found <= 0:
 		c.next = 1
-		return c.cfg.EmptyDelay
+		return max(c.cfg.EmptyDelay, 0) // negative: no wait
 	case found >= launched:
 		c.next = min(launched*2, c.cfg.Cap)
 	default:

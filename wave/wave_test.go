@@ -164,3 +164,16 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// Defaults applied twice (a pipeline config, then the controller) must not
+// turn "no wait" back into the default delay.
+func TestNoWaitSurvivesDefaultsTwice(t *testing.T) {
+	cfg := Config{EmptyDelay: -1}.WithDefaults().WithDefaults()
+	c, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Observe(1, 0); d != 0 {
+		t.Fatalf("delay = %s, want 0", d)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
@@ -72,8 +73,19 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 	if got := deadLetters(t, u, "--older-than", "1h"); len(got) != 0 {
 		t.Fatalf("age filter matched %d", len(got))
 	}
-	if got := deadLetters(t, u, "--queue", topic, "--reason", "maxattempts"); len(got) != len(ds) {
-		t.Fatalf("queue+reason filter matched %d of %d", len(got), len(ds))
+	// SQS has no peek: a listing receives the messages and makes them
+	// visible again, so a listing right after another may see fewer until
+	// the emulator has them visible; wait for the condition.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := deadLetters(t, u, "--queue", topic, "--reason", "maxattempts")
+		if len(got) == len(ds) {
+			break
+		}
+		if !strings.HasPrefix(u, "sqs") || time.Now().After(deadline) {
+			t.Fatalf("queue+reason filter matched %d of %d", len(got), len(ds))
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
 	}
 	out = mustRun(t, "dlq", "show", ds[0].ID, "--url", u)
 	if !strings.Contains(out, ds[0].UUID) || !strings.Contains(out, "MaxAttempts") {
@@ -93,9 +105,7 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 	if !strings.Contains(out, "would replay 1") {
 		t.Fatalf("replay --dry-run:\n%s", out)
 	}
-	if got := deadLetters(t, u); len(got) != len(ds) {
-		t.Fatalf("dry run changed the dead letters: %d, want %d", len(got), len(ds))
-	}
+	waitDeadLetters(t, u, len(ds), "dry run changed the dead letters")
 	out = mustRun(t, "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID)
 	if !strings.Contains(out, "replayed 1") {
 		t.Fatalf("replay:\n%s", out)
@@ -176,5 +186,22 @@ func TestDemoSQS(t *testing.T) {
 	out := mustRun(t, "demo", "--url", u, "--topic", testenv.UniqueName("demo"), "--messages", "60", "--rate", "500")
 	if !strings.Contains(out, "lost                       0") || !strings.Contains(out, "Summary") {
 		t.Fatalf("demo on SQS:\n%s", out)
+	}
+}
+
+// waitDeadLetters asserts the dead-letter count; on SQS (no peek: listing
+// receives and re-exposes messages) it waits for the count to settle.
+func waitDeadLetters(t *testing.T, u string, want int, what string, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := deadLetters(t, u, args...)
+		if len(got) == want {
+			return
+		}
+		if !strings.HasPrefix(u, "sqs") || time.Now().After(deadline) {
+			t.Fatalf("%s: %d dead letters, want %d", what, len(got), want)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
 	}
 }

@@ -4,4 +4,5 @@ package main
 // imported.
 import (
 	_ "github.com/berth-go/berth/internal/bench/sqlbench"
+	_ "github.com/berth-go/berth/internal/bench/sqsbench"
 )

@@ -88,16 +88,18 @@ func TestConformanceStandard(t *testing.T) {
 func TestConformanceFIFO(t *testing.T) {
 	// One handler at a time: SQS FIFO then delivers in publish order. A nack
 	// makes the message invisible for its retry delay and SQS keeps the
-	// whole group locked meanwhile, so the exponential default (100ms
-	// doubling) would stall a group nacked many times in a row (Watermill's
-	// TestContinueAfterErrors nacks one group ~300 times); FIFO users want a
-	// short, flat retry delay.
+	// whole group locked meanwhile. Visibility timeouts are whole seconds,
+	// so any positive delay (10ms included) stalls the group at least 1s
+	// per nack, and Watermill's TestContinueAfterErrors nacks one group 300
+	// times in a row: 5 minutes with a 10ms delay. A negative RetryDelay
+	// (visibility 0: redeliver at once) is what FIFO users who retry in
+	// place want, and takes the test to seconds.
 	// Prefetched messages released by each closing subscriber count as
 	// receives too, so the redrive policy's maxReceiveCount (20 by default)
 	// would move messages this test nacks ~6 times and re-reads through
 	// four subscribers to the DLQ; lift it for the suite.
 	c := conformance(t, QueueConfig{FIFO: true, MaxReceiveCount: 1000}, false, transport.PipelineConfig{
-		Concurrency: 1, RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond, MaxAttempts: -1,
+		Concurrency: 1, RetryDelay: -1, MaxAttempts: -1,
 	})
 	c.Features = tests.Features{
 		ConsumerGroups:                      false,
