@@ -170,6 +170,21 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 	return nil
 }
 
+// reprovision re-creates a queue table found missing at run time (dropped
+// by an operator, a restored database), unless the schema is managed by
+// hand. It reports whether the queue exists again.
+func (e *engine) reprovision(ctx context.Context, q Queue) bool {
+	if e.tables.ManualSchema {
+		return false
+	}
+	e.mu.Lock()
+	delete(e.queues, q.Name)
+	delete(e.queues, "s:"+q.Name)
+	e.sharedOK = false // the shared tables may be gone too
+	e.mu.Unlock()
+	return e.ensureQueue(ctx, q, true) == nil
+}
+
 func (e *engine) wrapQueueErr(q Queue, err error) error {
 	if c, ok := e.d.(MissingTableClassifier); ok && c.IsMissingTable(err) {
 		return fmt.Errorf("%w: %s (topic %q, group %q): %w", transport.ErrQueueNotFound, q.Name, q.Topic, q.Group, err)

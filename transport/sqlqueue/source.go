@@ -157,7 +157,13 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 	})
 	if err != nil {
 		// Rows claimed before the failure are left to the sweeper.
-		return nil, s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
+		err = s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
+		if errors.Is(err, transport.ErrQueueNotFound) && s.e.reprovision(ctx, s.q) {
+			// Reported once (health shows the queue went missing); the
+			// next claim finds the re-created table.
+			err = fmt.Errorf("%w; re-created it", err)
+		}
+		return nil, err
 	}
 	switch {
 	case len(ds) == 0:
