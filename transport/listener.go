@@ -56,6 +56,7 @@ type Listener struct {
 	pending     *Pending
 	claimSize   int
 	wakeCh      <-chan struct{}
+	hinter      WakeHinter
 	loopKick    chan struct{}
 	checkKick   chan struct{}
 	stopCh      chan struct{}
@@ -120,6 +121,9 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	}
 	if w, ok := cfg.Source.(Waker); ok {
 		l.wakeCh = w.Wake()
+	}
+	if h, ok := cfg.Source.(WakeHinter); ok {
+		l.hinter = h
 	}
 	return l, nil
 }
@@ -507,7 +511,9 @@ func (l *Listener) loop() {
 			// winners take the batch and the losers stop spending claims.
 			if found == 0 {
 				holdoff = min(max(2*holdoff, wakeHoldoffBase), max(l.pcfg.Wave.EmptyDelay, wakeHoldoffBase))
-			} else {
+			} else if holdoff /= 2; holdoff < wakeHoldoffBase {
+				// Winning a race shortens the holdoff gradually, so an
+				// instance that wins now and then does not rejoin every race.
 				holdoff = 0
 			}
 			woken = false
@@ -518,6 +524,9 @@ func (l *Listener) loop() {
 				return
 			}
 			woken = w
+			if w && l.hinter != nil {
+				ctrl.Hint(l.hinter.TakeWakeHint())
+			}
 		}
 	}
 }

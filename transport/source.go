@@ -101,6 +101,17 @@ type Waker interface {
 	Wake() <-chan struct{}
 }
 
+// A WakeHinter is a Waker that can tell how many messages its wake-ups
+// announced since it was last asked (for example, how many notifications
+// were coalesced into one wake-up). The receive loop answers such a wake-up
+// with a wave of that size instead of a single probe: the broker pushed the
+// information, nobody asked for a count.
+type WakeHinter interface {
+	// TakeWakeHint returns the number announced since the last call (0
+	// when unknown) and resets it.
+	TakeWakeHint() int
+}
+
 // Sentinel errors shared by every transport. Callers branch on them with
 // errors.Is.
 var (

@@ -145,6 +145,16 @@ func (c *Controller) Observe(launched, found int) time.Duration {
 	return 0
 }
 
+// Hint raises the next wave to n (capped) when a wake-up announced n
+// messages: there is no point probing for one when n are known to have
+// arrived.
+func (c *Controller) Hint(n int) {
+	if n > c.next {
+		c.next = min(n, c.cfg.Cap)
+	}
+	c.last = c.clock.Now() // a wake-up is not idleness
+}
+
 // Peek returns the unbounded size of the next wave (for metrics).
 func (c *Controller) Peek() int { return c.next }
 

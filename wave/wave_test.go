@@ -177,3 +177,20 @@ func TestNoWaitSurvivesDefaultsTwice(t *testing.T) {
 		t.Fatalf("delay = %s, want 0", d)
 	}
 }
+
+func TestHintRaisesTheNextWave(t *testing.T) {
+	c, _ := newCtrl(t, Config{Cap: 16})
+	c.Observe(1, 0) // empty: back to one probe
+	c.Hint(10)
+	if got := c.Next(100); got != 10 {
+		t.Fatalf("after a hint of 10 = %d, want 10", got)
+	}
+	c.Hint(1000)
+	if got := c.Next(100); got != 16 {
+		t.Fatalf("hint above the cap = %d, want 16", got)
+	}
+	c.Hint(0)
+	if got := c.Next(3); got != 3 {
+		t.Fatalf("free space still bounds a hinted wave: %d", got)
+	}
+}

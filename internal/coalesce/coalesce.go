@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // ErrClosed is returned by Do after Close.
@@ -21,6 +22,8 @@ var ErrClosed = errors.New("coalesce: closed")
 type Coalescer[T any] struct {
 	flush    func(ctx context.Context, items []T) []error
 	maxBatch int
+	linger   time.Duration
+	full     chan struct{} // buffered 1: the queue reached maxBatch
 
 	mu     sync.Mutex
 	queue  []*waiter[T]
@@ -44,7 +47,18 @@ type waiter[T any] struct {
 func New[T any](flush func(ctx context.Context, items []T) []error, maxBatch int) *Coalescer[T] {
 	idle := make(chan struct{})
 	close(idle)
-	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle}
+	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle, full: make(chan struct{}, 1)}
+}
+
+// NewLinger is New with a linger: the first item after an idle period waits
+// up to linger (less when maxBatch items queue up) for others to share its
+// flush, trading that much latency for fewer round trips when items arrive
+// close together but not at once. Items arriving while a flush is in flight
+// queue as with New, without lingering.
+func NewLinger[T any](flush func(ctx context.Context, items []T) []error, maxBatch int, linger time.Duration) *Coalescer[T] {
+	c := New(flush, maxBatch)
+	c.linger = max(linger, 0)
+	return c
 }
 
 // Do submits item and waits for the outcome of the flush that carries it.
@@ -63,8 +77,15 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 		c.idle = make(chan struct{})
 		w.leading = true
 		c.mu.Unlock()
+		c.lingerFor()
 		c.run(ctx)
 	} else {
+		if len(c.queue) >= c.maxBatch {
+			select {
+			case c.full <- struct{}{}:
+			default:
+			}
+		}
 		c.mu.Unlock()
 	}
 	cancelled := ctx.Done()
@@ -94,6 +115,30 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 
 // run flushes one batch from the head of the queue, delivers the outcomes,
 // and hands leadership to the next queued caller, if any.
+// lingerFor waits the linger (if any) before the first flush after idle,
+// ending early when a full batch has queued.
+func (c *Coalescer[T]) lingerFor() {
+	if c.linger <= 0 {
+		return
+	}
+	select { // a stale signal from an earlier burst
+	case <-c.full:
+	default:
+	}
+	c.mu.Lock()
+	n := len(c.queue)
+	c.mu.Unlock()
+	if n >= c.maxBatch {
+		return
+	}
+	t := time.NewTimer(c.linger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.full:
+	}
+}
+
 func (c *Coalescer[T]) run(ctx context.Context) {
 	c.mu.Lock()
 	n := min(len(c.queue), c.maxBatch)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -174,5 +175,34 @@ func waitQueued[T any](t *testing.T, c *coalesce.Coalescer[T], n int) {
 			t.Fatalf("never saw %d queued", n)
 		}
 		runtime.Gosched()
+	}
+}
+
+// With a linger, items that arrive within it after an idle period share the
+// first flush instead of the first one going alone.
+func TestLingerGathersTheFirstBatch(t *testing.T) {
+	var mu sync.Mutex
+	var batches []int
+	c := coalesce.NewLinger(func(_ context.Context, items []int) []error {
+		mu.Lock()
+		batches = append(batches, len(items))
+		mu.Unlock()
+		return nil
+	}, 4, time.Minute) // ends early: the batch fills
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Do(context.Background(), i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 1 || batches[0] != 4 {
+		t.Fatalf("batches %v, want one batch of 4", batches)
 	}
 }

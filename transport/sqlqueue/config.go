@@ -32,13 +32,16 @@ const (
 	DefaultMaxMessageSize = 1 << 20
 	// DefaultWakeDebounce is the window in which wake-ups of one queue
 	// coalesce into one.
-	DefaultWakeDebounce = 10 * time.Millisecond
+	DefaultWakeDebounce = 25 * time.Millisecond
 	// DefaultSubscriptionsTTL is how long a publisher reuses the
 	// subscriptions it read for a topic.
 	DefaultSubscriptionsTTL = time.Second
 	// DefaultSettleBatch is the largest group-committed batch of Begin,
 	// Complete or Retry calls.
 	DefaultSettleBatch = 256
+	// DefaultSettleLinger is how long the first Begin or Complete after an
+	// idle moment waits for others to share its statement.
+	DefaultSettleLinger = 5 * time.Millisecond
 )
 
 // Tables locates the engine's tables. The zero value is the defaults.
@@ -101,7 +104,7 @@ type SubscriberConfig struct {
 	// queues (an in-process publish, a PostgreSQL NOTIFY) coalesce into
 	// one, which goes to one idle source of the queue per pool rather than
 	// to all (see the package documentation, Wake-up). Negative wakes at
-	// once. Defaults to DefaultWakeDebounce (10ms). URL: wake_debounce.
+	// once. Defaults to DefaultWakeDebounce (25ms). URL: wake_debounce.
 	WakeDebounce time.Duration
 	// StatementTimeout bounds each settlement and sweep statement. Defaults
 	// to DefaultStatementTimeout (30s).
@@ -109,6 +112,12 @@ type SubscriberConfig struct {
 	// SettleBatch is the largest group commit of Begin, Complete or Retry
 	// calls. Defaults to DefaultSettleBatch (256).
 	SettleBatch int
+	// SettleLinger: the first Begin or Complete after an idle moment waits
+	// this long (less when SettleBatch calls queue up) for others to share
+	// its statement; calls arriving while a statement runs never wait.
+	// Negative means no linger. Defaults to DefaultSettleLinger (5ms). URL:
+	// settle_linger.
+	SettleLinger time.Duration
 
 	// Logger receives the subscriber's logs. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -137,6 +146,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.SettleBatch == 0 {
 		c.SettleBatch = DefaultSettleBatch
+	}
+	if c.SettleLinger == 0 {
+		c.SettleLinger = DefaultSettleLinger
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}

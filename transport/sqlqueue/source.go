@@ -81,8 +81,8 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 		w:         &waiter{ch: make(chan struct{}, 1), debounce: cfg.WakeDebounce},
 		stopSweep: make(chan struct{}),
 	}
-	s.begin = coalesce.New(s.flushBegin, cfg.SettleBatch)
-	s.complete = coalesce.New(s.flushComplete, cfg.SettleBatch)
+	s.begin = coalesce.NewLinger(s.flushBegin, cfg.SettleBatch, cfg.SettleLinger)
+	s.complete = coalesce.NewLinger(s.flushComplete, cfg.SettleBatch, cfg.SettleLinger)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
 	s.unhook = localWake.add(wakeKey{e.db, q.Name}, s.w)
 	if cfg.SweepInterval > 0 {
@@ -379,6 +379,11 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 
 // Wake implements transport.Waker.
 func (s *Source) Wake() <-chan struct{} { return s.w.ch }
+
+// TakeWakeHint implements transport.WakeHinter: the number of
+// notifications (one per Publish call, or per release) coalesced into the
+// wake-ups this source received since the last call.
+func (s *Source) TakeWakeHint() int { return int(s.w.hint.Swap(0)) }
 
 // Close implements transport.Source: it stops the sweeper and waits for
 // queued settlements to flush. Rows still leased are left to the sweeper.

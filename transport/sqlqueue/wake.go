@@ -49,6 +49,7 @@ type waiter struct {
 	ch       chan struct{} // capacity 1: at most one pending wake-up
 	idle     atomic.Bool   // the last claim came back empty
 	debounce time.Duration // ≤ 0: none
+	hint     atomic.Int64  // notifications announced to this source, not yet taken
 }
 
 func (w *waiter) send() {
@@ -59,9 +60,10 @@ func (w *waiter) send() {
 }
 
 type wakeQueue struct {
-	ws    []*waiter
-	next  int         // round-robin start
-	timer *time.Timer // the pending debounced wake-up; nil when none
+	ws      []*waiter
+	next    int         // round-robin start
+	timer   *time.Timer // the pending debounced wake-up; nil when none
+	pending int         // notifications since the last wake-up fired
 }
 
 func (h *hub) add(k wakeKey, w *waiter) (remove func()) {
@@ -99,8 +101,12 @@ func (h *hub) notify(k wakeKey) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.qs[k]
-	if q == nil || len(q.ws) == 0 || q.timer != nil {
-		return // nobody listens, or coalesced into the pending wake-up
+	if q == nil || len(q.ws) == 0 {
+		return // nobody listens
+	}
+	q.pending++
+	if q.timer != nil {
+		return // coalesced into the pending wake-up
 	}
 	d := q.ws[0].debounce
 	for _, w := range q.ws[1:] {
@@ -121,16 +127,20 @@ func (h *hub) notify(k wakeKey) {
 // fire wakes the next idle source, or every source when none is idle.
 // Called with the hub locked.
 func (q *wakeQueue) fire() {
+	announced := int64(q.pending)
+	q.pending = 0
 	n := len(q.ws)
 	for i := range n {
 		j := (q.next + i) % n
 		if q.ws[j].idle.Load() {
 			q.next = (j + 1) % n
+			q.ws[j].hint.Add(announced)
 			q.ws[j].send()
 			return
 		}
 	}
 	for _, w := range q.ws {
+		w.hint.Add(announced)
 		w.send()
 	}
 }
