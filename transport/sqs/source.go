@@ -32,6 +32,8 @@ type Source struct {
 	q      *queue
 	dlq    *queue // nil: leave dead letters to the queue's redrive policy
 	logger watermill.LoggerAdapter
+	// recreate, when set, creates the queue again after it went missing.
+	recreate func(ctx context.Context) error
 
 	wait       int32         // long-poll seconds
 	visibility int32         // seconds asked on receive and renew
@@ -155,7 +157,15 @@ func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, e
 	out, err := r.out, r.err
 	if err != nil {
 		if isQueueMissing(err) {
-			return nil, fmt.Errorf("sqs: receive %s: %w: %w", s.q.name, transport.ErrQueueNotFound, err)
+			err = fmt.Errorf("sqs: receive %s: %w: %w", s.q.name, transport.ErrQueueNotFound, err)
+			if s.recreate != nil {
+				if rerr := s.recreate(ctx); rerr != nil {
+					err = errors.Join(err, rerr)
+				} else {
+					err = fmt.Errorf("%w; re-created it", err)
+				}
+			}
+			return nil, err
 		}
 		return nil, fmt.Errorf("sqs: receive %s: %w", s.q.name, err)
 	}

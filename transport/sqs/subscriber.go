@@ -98,5 +98,19 @@ func (o *opener) open(ctx context.Context, topic string) (transport.Source, erro
 	if err != nil {
 		return nil, err
 	}
-	return newSource(o.api, q, dlq, o.cfg, o.logger), nil
+	src := newSource(o.api, q, dlq, o.cfg, o.logger)
+	if o.cfg.Queue.Create {
+		// A queue deleted under a running subscriber is created again
+		// (with its SNS subscription): SQS gives a queue of the same name
+		// the same URL, so the source keeps working.
+		src.recreate = func(ctx context.Context) error {
+			o.queues.forget(q.name)
+			nq, _, err := o.prepare(ctx, topic)
+			if err == nil && nq.url != q.url {
+				err = fmt.Errorf("sqs: re-created queue %s has a new URL %s", q.name, nq.url)
+			}
+			return err
+		}
+	}
+	return src, nil
 }
