@@ -548,12 +548,18 @@ func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
 	case <-l.stopCh:
 		return false, false
 	}
+	// Answer after a jittered delay: instances that all heard the same
+	// wake-up then claim one after another instead of splitting the rows
+	// between simultaneous claims, so the first takes the batch and the
+	// others learn to hold off.
+	d = rand.N(wakeHoldoffBase)
 	if holdoff > 0 {
-		select {
-		case <-l.pcfg.Clock.After(holdoff/2 + rand.N(holdoff/2+1)):
-		case <-l.stopCh:
-			return false, false
-		}
+		d = holdoff/2 + rand.N(holdoff/2+1)
+	}
+	select {
+	case <-l.pcfg.Clock.After(d):
+	case <-l.stopCh:
+		return false, false
 	}
 	return true, true
 }
