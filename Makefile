@@ -4,7 +4,7 @@ SHELL := bash
 
 FUZZTIME ?= 30s
 
-.PHONY: help test test-short lint demo bench fuzz services-up services-down clean-cache
+.PHONY: help test test-short lint demo bench chaos fuzz services-up services-down clean-cache
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ demo: ## Run the demo (go run ./cmd/berth demo).
 
 bench: ## Benchmarks (go test -bench .), no unit tests. Run `make services-up` and source .cache/test.env first for the integration ones.
 	go test -run '^$$' -bench . ./...
+
+chaos: ## Full-size chaos harness on PostgreSQL, SQLite and SQS (docs/reliability.md); `make services-up` first.
+	@source .cache/test.env && for t in postgres sqlite sqs; do go run ./cmd/berth-chaos --transport $$t --messages 100000 --duration 10m || exit 1; done
 
 fuzz: ## Every Fuzz target for FUZZTIME each (default 30s).
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh

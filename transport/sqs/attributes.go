@@ -91,7 +91,13 @@ func encodeReserve(msg *message.Message, reserve int) (encoded, error) {
 		e.attrs[AttributeBodyEncoding] = strAttr("base64")
 	}
 	if msg.UUID != "" {
-		e.attrs[AttributeUUID] = strAttr(msg.UUID)
+		if validText([]byte(msg.UUID)) {
+			e.attrs[AttributeUUID] = strAttr(msg.UUID)
+		} else {
+			// Not SQS text (invalid UTF-8, control characters): a Binary
+			// attribute carries the bytes unchanged.
+			e.attrs[AttributeUUID] = types.MessageAttributeValue{DataType: aws.String("Binary"), BinaryValue: []byte(msg.UUID)}
+		}
 	}
 
 	keys := slices.Sorted(maps.Keys(msg.Metadata))
@@ -147,7 +153,11 @@ func decode(body string, attrs map[string]types.MessageAttributeValue) (decoded,
 	for name, v := range attrs {
 		switch name {
 		case AttributeUUID:
-			d.uuid = aws.ToString(v.StringValue)
+			if v.BinaryValue != nil {
+				d.uuid = string(v.BinaryValue)
+			} else {
+				d.uuid = aws.ToString(v.StringValue)
+			}
 		case AttributeMetadata:
 			var m map[string]string
 			if err := json.Unmarshal([]byte(aws.ToString(v.StringValue)), &m); err != nil {
