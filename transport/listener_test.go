@@ -403,3 +403,9 @@ func TestWatchdogRebuildsZombieReceiver(t *testing.T) {
 		t.Fatal("the zombie's deliveries were not released")
 	}
 }
+
+func newTrackedMessage(p *transport.Pending) *message.Message {
+	m := message.NewMessage("m", nil)
+	m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+	return m
+}
