@@ -24,6 +24,7 @@ const (
 
 var outcomeNames = [...]string{"acked", "nacked", "dead_lettered", "abandoned"}
 
+// String returns the outcome as used in metric attributes.
 func (o Outcome) String() string {
 	if o < 0 || int(o) >= len(outcomeNames) {
 		return "unknown"
@@ -59,13 +60,22 @@ type Observer interface {
 // NopObserver ignores every event. Embed it to implement only some methods.
 type NopObserver struct{}
 
+// WaveDone implements Observer.
 func (NopObserver) WaveDone(string, int, int, int, error) {}
+
+// Delivering implements Observer; it returns ctx unchanged.
 func (NopObserver) Delivering(ctx context.Context, _ string, _ *message.Message) (context.Context, func(Outcome)) {
 	return ctx, nil
 }
+
+// DeadLettered implements Observer.
 func (NopObserver) DeadLettered(string, *message.Message, string) {}
-func (NopObserver) Faulted(string, *Fault)                        {}
-func (NopObserver) Rebuilt(string)                                {}
+
+// Faulted implements Observer.
+func (NopObserver) Faulted(string, *Fault) {}
+
+// Rebuilt implements Observer.
+func (NopObserver) Rebuilt(string) {}
 
 // MetadataPublishedAt is set by Berth publishers to the publish time (RFC
 // 3339 with nanoseconds, UTC), for end-to-end latency.

@@ -79,8 +79,10 @@ type Fault struct {
 	At    time.Time // when it was recorded
 }
 
+// Error describes the fault.
 func (f *Fault) Error() string {
 	return "berth: " + f.Stage + " faulted: " + f.Cause.Error()
 }
 
+// Unwrap returns the cause.
 func (f *Fault) Unwrap() error { return f.Cause }

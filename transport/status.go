@@ -34,14 +34,19 @@ func (s Status) String() string {
 type LoopState int32
 
 const (
+	// LoopStopped: not started, or closed.
 	LoopStopped LoopState = iota
+	// LoopRunning: claiming, or waiting between waves.
 	LoopRunning
+	// LoopBackingOff: waiting after a failed receive.
 	LoopBackingOff
+	// LoopFaulted: stopped fetching until the receiver is rebuilt.
 	LoopFaulted
 )
 
 var loopNames = [...]string{"stopped", "running", "backing_off", "faulted"}
 
+// String returns the loop state as used in health JSON.
 func (s LoopState) String() string {
 	if s < 0 || int(s) >= len(loopNames) {
 		return "unknown"

@@ -244,6 +244,7 @@ func (p *HTTPProxy) Kill() {
 	p.srv.SetKeepAlivesEnabled(false)
 }
 
+// ServeHTTP forwards r to the target, or injects the fault in force.
 func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	fault, rate, latency, killed := p.fault, p.rate, p.latency, p.killed

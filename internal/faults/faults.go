@@ -92,6 +92,7 @@ func (i *Injector) Hits(p Point) int {
 // error when none was given.
 type Injected struct{ Point Point }
 
+// Error names the injection point.
 func (e *Injected) Error() string { return fmt.Sprintf("faults: injected at %s", e.Point) }
 
 // Hit is called by the pipeline at p. It returns nil, returns an injected

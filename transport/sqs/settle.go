@@ -28,6 +28,7 @@ type EntryError struct {
 	SenderFault bool // the request was wrong; retrying it cannot help
 }
 
+// Error describes the failed entry.
 func (e *EntryError) Error() string {
 	return fmt.Sprintf("sqs: %s entry failed: %s: %s", e.Op, e.Code, e.Message)
 }
