@@ -25,7 +25,7 @@ import (
 const (
 	metricThroughput = "msg_per_s"
 	metricRoundTrips = "round_trips_per_msg"
-	seriesHeap       = "heap_bytes"
+	seriesHeap       = "heap_inuse_bytes" // as internal/bench/membench records it
 )
 
 // resultsFile is what bench writes into --out.

@@ -24,7 +24,7 @@ func init() {
 					rs = append(rs, bench.Result{
 						Strategy: s, Instances: n, Messages: 1000 * n, Duration: time.Second,
 						Metrics: map[string]float64{"msg_per_s": float64(1000*n) * env.Scale, "round_trips_per_msg": 0.5},
-						Series:  map[string][]bench.Point{"heap_bytes": {{At: 0, Value: 1 << 20}, {At: time.Second, Value: 3 << 20}}},
+						Series:  map[string][]bench.Point{"heap_inuse_bytes": {{At: 0, Value: 1 << 20}, {At: time.Second, Value: 3 << 20}}},
 					})
 				}
 			}
