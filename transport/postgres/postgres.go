@@ -149,21 +149,10 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil {
-		if cfg.DSN == "" {
-			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		db, closer, err := openShared(cfg.DSN, cfg.MaxOpenConns)
-		if err != nil {
-			return nil, err
-		}
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Subscriber, error) {
 		c.DB, c.Closer = db, closer
-	}
-	s, err := sqlqueue.NewSubscriber(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return s, err
+		return sqlqueue.NewSubscriber(c)
+	})
 }
 
 // NewPublisher returns a publisher on PostgreSQL. With cfg.DB nil it uses
@@ -174,21 +163,10 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil {
-		if cfg.DSN == "" {
-			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		db, closer, err := openShared(cfg.DSN, cfg.MaxOpenConns)
-		if err != nil {
-			return nil, err
-		}
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Publisher, error) {
 		c.DB, c.Closer = db, closer
-	}
-	p, err := sqlqueue.NewPublisher(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return p, err
+		return sqlqueue.NewPublisher(c)
+	})
 }
 
 func init() {
@@ -247,4 +225,22 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 	}
 	return NewSubscriber(cfg, opts.Logger)
+}
+
+// sharedPool opens the process-wide pool of dsn, for sqlqueue.Build.
+func sharedPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
+	return func() (*sql.DB, io.Closer, error) {
+		if dsn == "" {
+			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
+		}
+		return openShared(dsn, maxConns)
+	}
+}
+
+func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) {
+	return sharedPool(c.DSN, c.MaxOpenConns)
+}
+
+func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) {
+	return sharedPool(c.DSN, c.MaxOpenConns)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -118,21 +119,10 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil && cfg.Path == "" {
-		return nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
-	}
-	if c.DB == nil {
-		db, closer, err := Open(cfg.Path)
-		if err != nil {
-			return nil, err
-		}
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Subscriber, error) {
 		c.DB, c.Closer = db, closer
-	}
-	s, err := sqlqueue.NewSubscriber(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return s, err
+		return sqlqueue.NewSubscriber(c)
+	})
 }
 
 // NewPublisher returns a publisher on SQLite. With cfg.DB nil it uses the
@@ -143,21 +133,10 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil && cfg.Path == "" {
-		return nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
-	}
-	if c.DB == nil {
-		db, closer, err := Open(cfg.Path)
-		if err != nil {
-			return nil, err
-		}
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Publisher, error) {
 		c.DB, c.Closer = db, closer
-	}
-	p, err := sqlqueue.NewPublisher(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return p, err
+		return sqlqueue.NewPublisher(c)
+	})
 }
 
 func init() { transport.Register("sqlite", driver{}) }
@@ -208,3 +187,18 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	}
 	return NewSubscriber(cfg, opts.Logger)
 }
+
+// filePool opens the process-wide pool of path, for sqlqueue.Build.
+func filePool(path string) func() (*sql.DB, io.Closer, error) {
+	return func() (*sql.DB, io.Closer, error) {
+		if path == "" {
+			return nil, nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
+		}
+		db, closer, err := Open(path)
+		return db, closer, err
+	}
+}
+
+func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) { return filePool(c.Path) }
+
+func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) { return filePool(c.Path) }

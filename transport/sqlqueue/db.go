@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 )
 
@@ -159,4 +160,24 @@ func asInt64(v any) int64 {
 		return n
 	}
 	return 0
+}
+
+// Build is the shape every dialect package's constructor shares: it builds
+// a publisher or subscriber on db, or, when db is nil, on a pool from open,
+// which is handed over to be closed with the result (closer) and closed at
+// once when building fails.
+func Build[T any](db *sql.DB, closer io.Closer, open func() (*sql.DB, io.Closer, error), build func(db *sql.DB, closer io.Closer) (T, error)) (T, error) {
+	if db == nil {
+		var err error
+		if db, closer, err = open(); err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := build(db, closer)
+		if err != nil && closer != nil {
+			_ = closer.Close()
+		}
+		return v, err
+	}
+	return build(db, closer)
 }

@@ -3,6 +3,7 @@ package sqlserver
 import (
 	"database/sql"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -72,21 +73,10 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil {
-		if cfg.DSN == "" {
-			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
-		if err != nil {
-			return nil, err
-		}
-		c.DB, c.Closer = db, db
-	}
-	s, err := sqlqueue.NewSubscriber(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return s, err
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Subscriber, error) {
+		c.DB, c.Closer = db, closer
+		return sqlqueue.NewSubscriber(c)
+	})
 }
 
 // NewPublisher returns a publisher on SQL Server. With cfg.DB nil it opens
@@ -99,21 +89,10 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueu
 	if logger != nil {
 		c.Logger = logger
 	}
-	if c.DB == nil {
-		if cfg.DSN == "" {
-			return nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		db, err := Open(cfg.DSN, cfg.MaxOpenConns)
-		if err != nil {
-			return nil, err
-		}
-		c.DB, c.Closer = db, db
-	}
-	p, err := sqlqueue.NewPublisher(c)
-	if err != nil && c.Closer != nil {
-		_ = c.Closer.Close()
-	}
-	return p, err
+	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Publisher, error) {
+		c.DB, c.Closer = db, closer
+		return sqlqueue.NewPublisher(c)
+	})
 }
 
 // DDL returns the T-SQL script creating the shared tables at the latest
@@ -151,4 +130,26 @@ func DDL(t sqlqueue.Tables, queues ...[2]string) string {
 		write(d.CreateQueue(sqlqueue.QueueFor(d, t, tg[0], tg[1]))...)
 	}
 	return b.String()
+}
+
+// dsnPool opens a pool from dsn (closed with its user), for sqlqueue.Build.
+func dsnPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
+	return func() (*sql.DB, io.Closer, error) {
+		if dsn == "" {
+			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
+		}
+		db, err := Open(dsn, maxConns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, db, nil
+	}
+}
+
+func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) {
+	return dsnPool(c.DSN, c.MaxOpenConns)
+}
+
+func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) {
+	return dsnPool(c.DSN, c.MaxOpenConns)
 }
