@@ -87,7 +87,7 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval
 	}
-	out = mustRun(t, "dlq", "show", ds[0].ID, "--url", u)
+	out = mustRunSettled(t, u, ds[0].UUID, "dlq", "show", ds[0].ID, "--url", u)
 	if !strings.Contains(out, ds[0].UUID) || !strings.Contains(out, "MaxAttempts") {
 		t.Fatalf("dlq show:\n%s", out)
 	}
@@ -101,12 +101,12 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 	}
 
 	// Replay one (dry run first), then purge the rest.
-	out = mustRun(t, "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID, "--dry-run")
+	out = mustRunSettled(t, u, "would replay 1", "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID, "--dry-run")
 	if !strings.Contains(out, "would replay 1") {
 		t.Fatalf("replay --dry-run:\n%s", out)
 	}
 	waitDeadLetters(t, u, len(ds), "dry run changed the dead letters")
-	out = mustRun(t, "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID)
+	out = mustRunSettled(t, u, "replayed 1", "dlq", "replay", "--url", u, "--filter", "id="+ds[0].ID)
 	if !strings.Contains(out, "replayed 1") {
 		t.Fatalf("replay:\n%s", out)
 	}
@@ -115,7 +115,7 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 			t.Fatalf("after replay the queue has %d ready, want 1: %+v", q.Ready, q)
 		}
 	}
-	out = mustRun(t, "dlq", "purge", "--url", u, "--dry-run")
+	out = mustRunSettled(t, u, "would purge", "dlq", "purge", "--url", u, "--dry-run")
 	if !strings.Contains(out, "would purge") {
 		t.Fatalf("purge --dry-run:\n%s", out)
 	}
@@ -203,5 +203,27 @@ func waitDeadLetters(t *testing.T, u string, want int, what string, args ...stri
 			t.Fatalf("%s: %d dead letters, want %d", what, len(got), want)
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+}
+
+// mustRunSettled runs a command that must succeed with want in its output.
+// On SQS (no peek: listing a dead-letter queue receives its messages and
+// makes them visible again) a command right after another may not see
+// every message yet, so it is retried until it does.
+func mustRunSettled(t *testing.T, u, want string, args ...string) string {
+	t.Helper()
+	if !strings.HasPrefix(u, "sqs") {
+		return mustRun(t, args...)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, errs := runCmd(t, args...)
+		if code == 0 && strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("berth %s: exit %d, want %q\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, want, errs, out)
+		}
+		time.Sleep(500 * time.Millisecond) // polling interval
 	}
 }

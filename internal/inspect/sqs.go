@@ -331,11 +331,12 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	for _, rh := range receipts {
+		// Every one, even after a failure: a message left hidden would
+		// vanish from the next listing for the whole hold.
 		if _, rerr := s.Client.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(qurl), ReceiptHandle: aws.String(rh), VisibilityTimeout: 0,
 		}); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("sqs: make %s visible again: %w", s.DLQ, rerr))
-			break
 		}
 	}
 	return out, err
