@@ -114,29 +114,13 @@ func Open(path string) (*sql.DB, interface{ Close() error }, error) {
 // NewSubscriber returns a subscriber on SQLite. With cfg.DB nil it uses the
 // process-wide pool of cfg.Path.
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
-	c := cfg.SubscriberConfig
-	c.Dialect = Dialect{}
-	if logger != nil {
-		c.Logger = logger
-	}
-	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Subscriber, error) {
-		c.DB, c.Closer = db, closer
-		return sqlqueue.NewSubscriber(c)
-	})
+	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
 }
 
 // NewPublisher returns a publisher on SQLite. With cfg.DB nil it uses the
 // process-wide pool of cfg.Path.
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
-	c := cfg.PublisherConfig
-	c.Dialect = Dialect{}
-	if logger != nil {
-		c.Logger = logger
-	}
-	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Publisher, error) {
-		c.DB, c.Closer = db, closer
-		return sqlqueue.NewPublisher(c)
-	})
+	return sqlqueue.OpenPublisher(cfg.PublisherConfig, Dialect{}, logger, cfg.opener())
 }
 
 func init() { transport.Register("sqlite", driver{}) }

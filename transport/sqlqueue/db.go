@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ThreeDotsLabs/watermill"
 	"sync/atomic"
 )
 
@@ -180,4 +182,31 @@ func Build[T any](db *sql.DB, closer io.Closer, open func() (*sql.DB, io.Closer,
 		return v, err
 	}
 	return build(db, closer)
+}
+
+// OpenSubscriber is what a dialect package's NewSubscriber does: the
+// engine's subscriber for dialect d, on c.DB or, when c.DB is nil, on a pool
+// from open (closed with the subscriber). A non-nil logger replaces
+// c.Logger.
+func OpenSubscriber(c SubscriberConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Subscriber, error) {
+	c.Dialect = d
+	if logger != nil {
+		c.Logger = logger
+	}
+	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Subscriber, error) {
+		c.DB, c.Closer = db, closer
+		return NewSubscriber(c)
+	})
+}
+
+// OpenPublisher is OpenSubscriber's counterpart for publishers.
+func OpenPublisher(c PublisherConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Publisher, error) {
+	c.Dialect = d
+	if logger != nil {
+		c.Logger = logger
+	}
+	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Publisher, error) {
+		c.DB, c.Closer = db, closer
+		return NewPublisher(c)
+	})
 }

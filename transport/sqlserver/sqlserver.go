@@ -68,15 +68,7 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 // opens (and on Close closes) a pool from cfg.DSN. The session is checked
 // (Dialect.Check) and the tables created at the first Subscribe.
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
-	c := cfg.SubscriberConfig
-	c.Dialect = Dialect{}
-	if logger != nil {
-		c.Logger = logger
-	}
-	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Subscriber, error) {
-		c.DB, c.Closer = db, closer
-		return sqlqueue.NewSubscriber(c)
-	})
+	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
 }
 
 // NewPublisher returns a publisher on SQL Server. With cfg.DB nil it opens
@@ -84,15 +76,7 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 // process are woken as soon as a Publish commits; others find the rows on
 // their next claim.
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
-	c := cfg.PublisherConfig
-	c.Dialect = Dialect{}
-	if logger != nil {
-		c.Logger = logger
-	}
-	return sqlqueue.Build(c.DB, c.Closer, cfg.opener(), func(db *sql.DB, closer io.Closer) (*sqlqueue.Publisher, error) {
-		c.DB, c.Closer = db, closer
-		return sqlqueue.NewPublisher(c)
-	})
+	return sqlqueue.OpenPublisher(cfg.PublisherConfig, Dialect{}, logger, cfg.opener())
 }
 
 // DDL returns the T-SQL script creating the shared tables at the latest
