@@ -283,25 +283,62 @@ WHERE id IN (
 RETURNING id`, limit)
 }
 
-// Listen implements sqlqueue.Notifier with LISTEN on WakeChannel.
-func (Dialect) Listen(ctx context.Context, conn *sql.Conn, wake func(string)) error {
+// Listen implements sqlqueue.Notifier with LISTEN on WakeChannel. The
+// wake-up leadership of a queue is a session-level advisory lock on the
+// listening connection (pg_try_advisory_lock, never waiting), so it ends
+// with the session when a process dies.
+func (Dialect) Listen(ctx context.Context, conn *sql.Conn, s *sqlqueue.WakeSession) error {
 	return conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return fmt.Errorf("postgres: LISTEN needs the pgx stdlib driver, got %T", dc)
 		}
 		pc := sc.Conn()
-		if _, err := pc.Exec(ctx, "LISTEN "+WakeChannel); err != nil {
-			return err
+		listening := false
+		lead := func(ctx context.Context, table string, take bool) (bool, error) {
+			var held bool
+			err := pc.QueryRow(ctx, leadSQL[take], table).Scan(&held)
+			return held && take, err
 		}
 		for {
-			n, err := pc.WaitForNotification(ctx)
+			wctx, cancel, err := s.Elect(ctx, lead)
 			if err != nil {
 				return err
 			}
-			wake(n.Payload)
+			if want := s.Listening(); want != listening {
+				// A follower does not listen: PostgreSQL signals every
+				// listening session of the database on each notifying
+				// commit.
+				stmt := "UNLISTEN " + WakeChannel
+				if want {
+					stmt = "LISTEN " + WakeChannel
+				}
+				if _, err := pc.Exec(ctx, stmt); err != nil {
+					cancel()
+					return err
+				}
+				if listening = want; listening {
+					s.Listened()
+				}
+			}
+			n, err := pc.WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil && wctx.Err() != nil && !pc.IsClosed() {
+					continue // the wait ended for the next election pass
+				}
+				return err
+			}
+			s.Wake(n.Payload)
 		}
 	})
+}
+
+// leadSQL takes (true) or gives up (false) a queue's wake-up leadership.
+// The key space is apart from Lock's by its ":wake:" infix.
+var leadSQL = map[bool]string{
+	true:  `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || ':wake:' || $1, 0))`,
+	false: `SELECT pg_advisory_unlock(hashtextextended(current_schema() || ':wake:' || $1, 0))`,
 }
 
 // IsMissingTable implements sqlqueue.MissingTableClassifier (SQLSTATE

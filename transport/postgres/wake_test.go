@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -167,3 +168,124 @@ func waitUntil(tb testing.TB, d time.Duration, cond func() bool) {
 }
 
 func setDebounce(c *sqlqueue.SubscriberConfig, d time.Duration) { c.WakeDebounce = d }
+
+// Across pools (processes), one LISTEN connection per queue leads its
+// wake-ups: the other pools ignore the queue's notifications and find rows
+// by their poll. With polls switched off (an empty delay of an hour), only
+// the leader's subscriber receives; when it goes away, the other takes the
+// leadership (the database dropped the lock with the session) and its
+// wake-ups deliver from then on — after several election passes, which
+// interrupt the wait for notifications, so the connection survives those.
+func TestWakeLeadershipAcrossPools(t *testing.T) {
+	url := testenv.PostgresSchemaURL(t)
+	pubDB, err := postgres.Open(url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubDB.Close()
+	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: pubDB}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+
+	const topic = "lead"
+	type instance struct {
+		db       *sql.DB
+		sub      *sqlqueue.Subscriber
+		received atomic.Int64
+		done     chan struct{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	instances := map[string]*instance{}
+	for _, app := range []string{"berth-lead-a", "berth-lead-b"} {
+		db, err := postgres.Open(url+"&application_name="+app, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		c := sqlqueue.SubscriberConfig{DB: db}
+		c.Pipeline.Wave.EmptyDelay = time.Hour // only wake-ups deliver
+		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		ch, err := sub.Subscribe(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &instance{db: db, sub: sub, done: make(chan struct{})}
+		instances[app] = in
+		go func() {
+			defer close(in.done)
+			for m := range ch {
+				in.received.Add(1)
+				m.Ack()
+			}
+		}()
+	}
+
+	// Both LISTEN sessions have contended (their last statement is the
+	// try-lock, or the LISTEN or UNLISTEN that followed it) and exactly one
+	// holds the queue's lock.
+	queueTable := instances["berth-lead-a"].sub.Queue(topic).Name
+	leader := func() (holders []string) {
+		rows, err := pubDB.Query(`
+SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(current_schema() || ':wake:' || $1, 0)`, queueTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var app string
+			if err := rows.Scan(&app); err != nil {
+				t.Fatal(err)
+			}
+			holders = append(holders, app)
+		}
+		return holders
+	}
+	contended := func() bool {
+		var n int
+		err := pubDB.QueryRow(`SELECT count(DISTINCT application_name) FROM pg_stat_activity
+WHERE application_name LIKE 'berth-lead-%'
+  AND (query LIKE '%pg_try_advisory_lock%' OR query LIKE 'LISTEN %' OR query LIKE 'UNLISTEN %')`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 2
+	}
+	waitUntil(t, 10*time.Second, func() bool { return contended() && len(leader()) == 1 })
+	first := leader()[0]
+	other := "berth-lead-a"
+	if first == other {
+		other = "berth-lead-b"
+	}
+
+	publish := func(n int) {
+		for i := range n {
+			if err := pub.Publish(topic, message.NewMessage(fmt.Sprint(i), []byte("x"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(10)
+	waitUntil(t, 10*time.Second, func() bool { return instances[first].received.Load() == 10 })
+	if n := instances[other].received.Load(); n != 0 {
+		t.Fatalf("the follower %s received %d messages: it answered the leader's wake-ups", other, n)
+	}
+
+	// The leader goes away; the follower takes over within a contend
+	// interval and its wake-ups deliver.
+	if err := instances[first].sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-instances[first].done
+	waitUntil(t, 15*time.Second, func() bool { h := leader(); return len(h) == 1 && h[0] == other })
+	publish(10)
+	waitUntil(t, 10*time.Second, func() bool { return instances[other].received.Load() == 10 })
+}

@@ -161,14 +161,24 @@ type Dialect interface {
 
 // Notifier is implemented by dialects whose database pushes wake-ups
 // (PostgreSQL LISTEN/NOTIFY). The engine gives it one dedicated connection
-// per subscriber.
+// per pool.
 type Notifier interface {
-	// Listen subscribes conn to the wake-ups that Insert statements send and
-	// calls wake with the unquoted queue table name of each one received,
-	// until ctx is done or the connection fails. It returns ctx.Err() or the
-	// connection error; the engine reconnects with backoff.
-	Listen(ctx context.Context, conn *sql.Conn, wake func(queueTable string)) error
+	// Listen subscribes conn to the wake-ups that Insert statements send
+	// and serves s on it until ctx is done or the connection fails: before
+	// each wait for a notification it calls s.Elect with a LeadFunc running
+	// on conn, and waits within the context Elect returns (that context
+	// ending is no error: Listen calls Elect again); it calls s.Wake with
+	// the unquoted queue table name of each notification received. It
+	// returns ctx.Err() or the connection error; the engine reconnects with
+	// backoff.
+	Listen(ctx context.Context, conn *sql.Conn, s *WakeSession) error
 }
+
+// LeadFunc takes (take true; without waiting) or gives up (take false) the
+// wake-up leadership of a queue table on the LISTEN connection, as a
+// session-level lock that the database drops with the session, and reports
+// whether the connection holds it afterwards.
+type LeadFunc func(ctx context.Context, queueTable string, take bool) (held bool, err error)
 
 // SessionChecker is implemented by dialects that must verify the database
 // or session before use (SQL Server: reject SNAPSHOT isolation). The

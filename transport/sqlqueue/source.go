@@ -112,6 +112,7 @@ func newOwner() int64 {
 // timeout); it is bounded by StatementTimeout.
 func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
 	s.w.idle.Store(false)
+	s.w.claimed.Store(time.Now().UnixNano())
 	woken := false
 	select { // anything notified before this claim is covered by it
 	case <-s.w.ch:
@@ -404,6 +405,7 @@ type countRef struct {
 	n    *atomic.Int64
 }
 
+// jitter returns d ± 25%.
 func jitter(d time.Duration) time.Duration {
 	return d*3/4 + rand.N(d/2+1)
 }

@@ -31,7 +31,15 @@ import (
 //     a pending wake-up, so a claim that raced with the insert is followed
 //     by one more. Claim drops a pending wake-up at its start: whatever was
 //     notified before a claim is covered by it.
-var localWake = &hub{qs: map[wakeKey]*wakeQueue{}}
+//
+// That elects one source per pool. Across pools (other processes), a
+// dialect whose Notifier delivers every notification to every LISTEN
+// connection would still wake one source in each of them, and all but one
+// of their claims would come back empty. So each pool's LISTEN connection
+// also takes part in an election per queue (WakeSession): the leader
+// answers the queue's notifications, followers ignore them and find rows
+// by their poll (the wave controller's empty delay) until they lead.
+var localWake = &hub{qs: map[wakeKey]*wakeQueue{}, sessions: map[*sql.DB]*WakeSession{}}
 
 // wakeKey identifies a queue as seen through one pool.
 type wakeKey struct {
@@ -40,8 +48,9 @@ type wakeKey struct {
 }
 
 type hub struct {
-	mu sync.Mutex
-	qs map[wakeKey]*wakeQueue
+	mu       sync.Mutex
+	qs       map[wakeKey]*wakeQueue
+	sessions map[*sql.DB]*WakeSession // each pool's current LISTEN session
 }
 
 // waiter is one source's registration.
@@ -50,6 +59,7 @@ type waiter struct {
 	idle     atomic.Bool   // the last claim came back empty
 	debounce time.Duration // ≤ 0: none
 	hint     atomic.Int64  // notifications announced to this source, not yet taken
+	claimed  atomic.Int64  // when its last claim started (UnixNano)
 }
 
 func (w *waiter) send() {
@@ -64,6 +74,13 @@ type wakeQueue struct {
 	next    int         // round-robin start
 	timer   *time.Timer // the pending debounced wake-up; nil when none
 	pending int         // notifications since the last wake-up fired
+	// follower: another pool leads this queue's wake-ups; notifications
+	// from the LISTEN connection are ignored.
+	follower bool
+	// fired: when a wake-up was first sent that no claim has followed yet
+	// (zero: none). A leader whose sources stop claiming (paused, too busy,
+	// buffer full) gives the leadership up.
+	fired time.Time
 }
 
 func (h *hub) add(k wakeKey, w *waiter) (remove func()) {
@@ -75,9 +92,11 @@ func (h *hub) add(k wakeKey, w *waiter) (remove func()) {
 		h.qs[k] = q
 	}
 	q.ws = append(q.ws, w)
+	h.kickLocked(k.db) // a new queue to lead, or a leader that can claim again
 	return func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		defer h.kickLocked(k.db)
 		for i, x := range q.ws {
 			if x == w {
 				q.ws = append(q.ws[:i], q.ws[i+1:]...)
@@ -124,11 +143,96 @@ func (h *hub) notify(k wakeKey) {
 	})
 }
 
+// notifyListened records a notification received by db's LISTEN
+// connection: ignored where another pool leads the queue.
+func (h *hub) notifyListened(db *sql.DB, table string) {
+	k := wakeKey{db, table}
+	h.mu.Lock()
+	q := h.qs[k]
+	follower := q != nil && q.follower
+	h.mu.Unlock()
+	if !follower {
+		h.notify(k)
+	}
+}
+
+// leadable returns db's queue tables with a source.
+func (h *hub) leadable(db *sql.DB) map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]bool{}
+	for k, q := range h.qs {
+		if k.db == db && len(q.ws) > 0 {
+			out[k.table] = true
+		}
+	}
+	return out
+}
+
+// unanswered reports for how long a wake-up of (db, table) has gone
+// without a claim by any of the pool's sources (zero: none pending).
+func (h *hub) unanswered(db *sql.DB, table string, now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.qs[wakeKey{db, table}]
+	if q == nil || q.fired.IsZero() {
+		return 0
+	}
+	if q.claimedSince(q.fired) {
+		q.fired = time.Time{}
+		return 0
+	}
+	return now.Sub(q.fired)
+}
+
+// claimedSince reports whether a source of q started a claim at or after t.
+func (q *wakeQueue) claimedSince(t time.Time) bool {
+	for _, w := range q.ws {
+		if w.claimed.Load() >= t.UnixNano() {
+			return true
+		}
+	}
+	return false
+}
+
+// setFollower marks whether another pool leads (db, table).
+func (h *hub) setFollower(db *sql.DB, table string, follower bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.qs[wakeKey{db, table}]; q != nil {
+		q.follower = follower
+	}
+}
+
+// resetFollowers forgets db's election results (its session ended: with no
+// LISTEN connection there is nothing to ignore, and the next session
+// elects again).
+func (h *hub) resetFollowers(db *sql.DB) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, q := range h.qs {
+		if k.db == db {
+			q.follower = false
+		}
+	}
+}
+
+// kickLocked asks db's LISTEN session, if any, to run its election now.
+// Called with h.mu held.
+func (h *hub) kickLocked(db *sql.DB) {
+	if s := h.sessions[db]; s != nil {
+		s.kick()
+	}
+}
+
 // fire wakes the next idle source, or every source when none is idle.
 // Called with the hub locked.
 func (q *wakeQueue) fire() {
 	announced := int64(q.pending)
 	q.pending = 0
+	if q.fired.IsZero() || q.claimedSince(q.fired) {
+		q.fired = time.Now()
+	}
 	n := len(q.ws)
 	for i := range n {
 		j := (q.next + i) % n
@@ -220,7 +324,8 @@ func (l *listener) run(ctx context.Context, db *sql.DB, n Notifier) {
 			// Notifications sent while we were not listening are lost: wake
 			// every local source once, so none waits for its poll.
 			localWake.notifyPool(db)
-			err = n.Listen(ctx, conn, func(table string) { localWake.notify(wakeKey{db, table}) })
+			err = n.Listen(ctx, conn, newWakeSession(localWake, db))
+			localWake.endSession(db)
 			// Never return a LISTENing connection to the pool.
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			_ = conn.Close()
