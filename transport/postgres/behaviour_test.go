@@ -170,8 +170,11 @@ func TestCloseReleasesPrefetched(t *testing.T) {
 	if err := db.QueryRow(`SELECT count(*) FROM ` + q.Table + ` WHERE attempts > 0`).Scan(&counted); err != nil {
 		t.Fatal(err)
 	}
-	if counted != 0 {
-		t.Fatalf("%d released rows had an attempt counted", counted)
+	// Between first.Ack and Close the next row may have been handed on (its
+	// Begin counts an attempt, as it should); the ~19 prefetched rows behind
+	// it must not have been counted.
+	if counted > 1 {
+		t.Fatalf("%d released rows had an attempt counted, want at most the one handed on after the ack", counted)
 	}
 }
 

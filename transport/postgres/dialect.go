@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,7 @@ var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.Notifier               = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
+	_ sqlqueue.QueueChecker           = Dialect{}
 )
 
 // Name implements sqlqueue.Dialect.
@@ -113,6 +115,15 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	}
 }
 
+// QueueExists implements sqlqueue.QueueChecker: a catalog lookup, which
+// takes no lock on the table, of the table and the indexes CreateQueue
+// makes.
+func (d Dialect) QueueExists(q sqlqueue.Queue) sqlqueue.Stmt {
+	schema := strings.TrimSuffix(q.Table, d.QuoteIdent(q.Name)) // "" or `"schema".`
+	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
+		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"))
+}
+
 // Subscribe implements sqlqueue.Dialect.
 func (Dialect) Subscribe(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
 	return st(`INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
@@ -152,15 +163,22 @@ SELECT pg_notify('`+WakeChannel+`', $6) FROM (SELECT 1 FROM ins LIMIT 1) AS n`,
 
 // Claim implements sqlqueue.Dialect.
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
+	// id = ANY(ARRAY(subquery)), not id IN (subquery): the array is an
+	// init plan and the update an index scan on the primary key whatever
+	// the plan. With IN, the generic plan of the prepared statement (used
+	// after a few executions; LIMIT $3 unknown, so estimated at 10% of the
+	// table) is a hash semi-join over a sequential scan of the whole table:
+	// every claim then costs O(backlog), measured at 11 ms against 0.6 ms
+	// for 64 rows out of 20,000.
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond'
-WHERE q.id IN (
+WHERE q.id = ANY(ARRAY(
 	SELECT id FROM `+q.Table+`
 	WHERE state = 0 AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())
 	ORDER BY due_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)
 }
@@ -241,16 +259,18 @@ SELECT $3, uuid, headers, body, attempts, $4, id, created_at FROM d
 RETURNING original_id`, ref.ID, ref.Owner, q.Name, reason)}
 }
 
-// Recover implements sqlqueue.Dialect.
+// Recover implements sqlqueue.Dialect. Like Claim (and DeadLetterExpired,
+// DropExpired) it selects ids into an array first, so that its generic
+// plan stays an index scan.
 func (Dialect) Recover(q sqlqueue.Queue, maxAttempts, limit int) sqlqueue.Stmt {
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL
-WHERE q.id IN (
+WHERE q.id = ANY(ARRAY(
 	SELECT id FROM `+q.Table+`
 	WHERE state <> 0 AND lease_until < now() AND (state = 1 OR $1 <= 0 OR attempts < $1)
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING q.id`, maxAttempts, limit)
 }
 
@@ -258,12 +278,12 @@ RETURNING q.id`, maxAttempts, limit)
 func (Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
 	return []sqlqueue.Stmt{st(`WITH d AS (
 	DELETE FROM `+q.Table+`
-	WHERE id IN (
+	WHERE id = ANY(ARRAY(
 		SELECT id FROM `+q.Table+`
 		WHERE state = 2 AND lease_until < now() AND attempts >= $1
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
-	)
+	))
 	RETURNING id, uuid, headers, body, attempts, created_at
 )
 INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at)
@@ -274,12 +294,12 @@ RETURNING original_id`, maxAttempts, limit, q.Name, reason)}
 // DropExpired implements sqlqueue.Dialect.
 func (Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
 	return st(`DELETE FROM `+q.Table+`
-WHERE id IN (
+WHERE id = ANY(ARRAY(
 	SELECT id FROM `+q.Table+`
 	WHERE state = 0 AND expires_at <= now()
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id`, limit)
 }
 

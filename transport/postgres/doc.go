@@ -26,6 +26,10 @@
 // (unnest) so a batch of any size is one statement; dead-lettering is one
 // data-modifying CTE. Inserts send NOTIFY on WakeChannel with the queue
 // table as payload, once per statement; each pool's subscribers share one
-// LISTEN connection, and wake-ups are debounced (wake_debounce).
+// LISTEN connection, and wake-ups are debounced (wake_debounce). One LISTEN
+// connection per queue, across processes, leads its wake-ups: it holds a
+// session-level advisory lock (pg_try_advisory_lock, never waiting; the
+// server drops it with the session), and the other connections UNLISTEN
+// and leave the queue to their poll.
 // Cluster-wide work takes transaction-scoped advisory locks.
 package postgres

@@ -180,6 +180,18 @@ type Notifier interface {
 // whether the connection holds it afterwards.
 type LeadFunc func(ctx context.Context, queueTable string, take bool) (held bool, err error)
 
+// QueueChecker is implemented by dialects whose idempotent DDL takes locks
+// even when there is nothing to create (PostgreSQL: CREATE INDEX IF NOT
+// EXISTS takes a SHARE lock on the table first, which waits for every
+// writer and holds the queue's claims, settlements and inserts behind it
+// until the transaction ends — at every subscriber start). The engine runs
+// QueueExists first, without the schema lock, and skips the DDL when the
+// queue's table and indexes are all there.
+type QueueChecker interface {
+	// QueueExists returns a statement answering one row with one boolean.
+	QueueExists(q Queue) Stmt
+}
+
 // SessionChecker is implemented by dialects that must verify the database
 // or session before use (SQL Server: reject SNAPSHOT isolation). The
 // engine calls Check once when a publisher or subscriber starts; an error

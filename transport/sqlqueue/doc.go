@@ -55,12 +55,17 @@
 // in-process. Dialects implementing Notifier (PostgreSQL LISTEN/NOTIFY) also
 // wake subscribers in other processes, over one dedicated connection per
 // pool. Wake-ups are debounced and elected: those of one (pool, queue)
-// within SubscriberConfig.WakeDebounce (10ms) coalesce into one, delivered
+// within SubscriberConfig.WakeDebounce (25ms) coalesce into one, delivered
 // to one idle source (round robin) rather than to every source, so a
 // NOTIFY does not send every idle subscriber of a process to an empty
-// claim. A source whose previous claim came back short does not ask the
-// database again until a wake-up arrives (Stats.SkippedClaims). Otherwise
-// the receive loop polls after its empty delay.
+// claim. Across pools, each queue has one leader (WakeSession; PostgreSQL:
+// a session advisory lock on the LISTEN connection): only the leader
+// listens and answers, the other pools find rows by their poll, and the
+// lead rotates about every 30s, passes on when the leader's sources stop
+// claiming, and is taken over within a few seconds when the leader dies. A
+// source whose previous claim came back short does not ask the database
+// again until a wake-up arrives (Stats.SkippedClaims). Otherwise the
+// receive loop polls after its empty delay.
 //
 // # Round trips
 //

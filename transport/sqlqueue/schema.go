@@ -140,7 +140,16 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 		return nil
 	}
 	err := inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
-		if !e.tables.ManualSchema {
+		create := !e.tables.ManualSchema
+		if qc, ok := e.d.(QueueChecker); ok && create {
+			exists := false
+			err := query(ctx, tx, &e.ctrs.other, qc.QueueExists(q), func(r *sql.Rows) error { return r.Scan(&exists) })
+			if err != nil {
+				return err
+			}
+			create = !exists
+		}
+		if create {
 			if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
 				return fmt.Errorf("schema lock: %w", err)
 			}

@@ -284,6 +284,7 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	}
 	var cpuBefore cpuSample
 	if h.cpu != nil {
+		h.cpu.Quiesce(10 * time.Second)
 		if cpuBefore, err = h.cpu.Sample(); err != nil {
 			return res, err
 		}
@@ -437,6 +438,7 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	}
 	var dbCPU time.Duration = -1
 	if h.cpu != nil {
+		h.cpu.Quiesce(10 * time.Second)
 		after, err := h.cpu.Sample()
 		if err != nil {
 			return res, err

@@ -88,6 +88,47 @@ func (s *serverCPU) Exclude(pid int) {
 	s.mu.Unlock()
 }
 
+// Quiesce waits (up to timeout) until no client backend of the server is
+// alive but the excluded ones, so that a Sample counts every backend of a
+// finished run whole: a backend that exits between the reading of the
+// postmaster's reaped total and the listing of live children would
+// otherwise be counted in neither.
+func (s *serverCPU) Quiesce(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && s.liveClients() > 0 {
+		time.Sleep(20 * time.Millisecond) // polling /proc, nothing to wait on
+	}
+}
+
+// liveClients counts the postmaster's children that serve a client
+// connection (their command line names the client's address) and are not
+// excluded.
+func (s *serverCPU) liveClients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	n := 0
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		t, err := readProcStat(b)
+		if err != nil || t.ppid != s.postmaster {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if s.exclude[pid] {
+			continue
+		}
+		cmd, _ := os.ReadFile(d + "/cmdline")
+		if bytes.Contains(cmd, []byte("[local]")) || bytes.Contains(cmd, []byte(")")) && bytes.Contains(cmd, []byte("(")) {
+			n++
+		}
+	}
+	return n
+}
+
 // cpuSample is one measurement: the server total and each excluded
 // process's own time, in ticks.
 type cpuSample struct {
