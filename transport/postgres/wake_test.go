@@ -259,7 +259,16 @@ WHERE application_name LIKE 'berth-lead-%'
 		}
 		return n == 2
 	}
-	waitUntil(t, 10*time.Second, func() bool { return contended() && len(leader()) == 1 })
+	// ... and both sources have made their first claim (empty: nothing is
+	// published yet), so neither claims at start after the publishing.
+	waitUntil(t, 10*time.Second, func() bool {
+		for _, in := range instances {
+			if in.sub.Stats().EmptyClaims == 0 {
+				return false
+			}
+		}
+		return contended() && len(leader()) == 1
+	})
 	first := leader()[0]
 	other := "berth-lead-a"
 	if first == other {
@@ -274,9 +283,21 @@ WHERE application_name LIKE 'berth-lead-%'
 		}
 	}
 	publish(10)
-	waitUntil(t, 10*time.Second, func() bool { return instances[first].received.Load() == 10 })
+	// A leader whose source does not claim within leadStall of a wake-up
+	// (a very busy machine) legitimately hands the lead on; only while the
+	// lead stays put must the follower receive nothing.
+	moved := false
+	waitUntil(t, 20*time.Second, func() bool {
+		if h := leader(); len(h) != 1 || h[0] != first {
+			moved = true
+		}
+		return instances[first].received.Load()+instances[other].received.Load() == 10
+	})
 	if n := instances[other].received.Load(); n != 0 {
-		t.Fatalf("the follower %s received %d messages: it answered the leader's wake-ups", other, n)
+		if !moved {
+			t.Fatalf("the follower %s received %d messages: it answered the leader's wake-ups", other, n)
+		}
+		t.Logf("the lead moved during the run (slow machine); the follower received %d", n)
 	}
 
 	// The leader goes away; the follower takes over within a contend

@@ -22,8 +22,9 @@ const (
 	leadGrace   = 5 * time.Second // > leadContend plus its jitter
 	// A leader whose sources have not claimed for leadStall after a
 	// wake-up (paused, too busy, buffer full) gives the leadership up; it
-	// checks every leadCheck.
-	leadStall = time.Second
+	// checks every leadCheck. Long enough that a claim slowed by a busy
+	// machine does not hand the lead around; a follower polls meanwhile.
+	leadStall = 3 * time.Second
 	leadCheck = time.Second
 )
 
