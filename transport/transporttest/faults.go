@@ -143,6 +143,12 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 		s := l.State()
 		return s.Rebuilds >= 1 && !s.Faulted && s.Status == transport.StatusAccepting && s.Fault != ""
 	})
+	// The observer hears of the rebuild after State shows it.
+	eventually(t, "rebuild observed", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.rebuilds > 0
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.faults) == 0 {
