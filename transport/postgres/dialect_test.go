@@ -66,17 +66,8 @@ func TestStatements(t *testing.T) {
 // sweeper, takes the same shape, but no index covers expires_at: its inner
 // select scans.)
 func TestGenericPlansUseIndexes(t *testing.T) {
-	url := testenv.PostgresSchemaURL(t)
-	db, err := postgres.Open(url, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	db := openDB(t, 2)
+	pub := newPub(t, db)
 	msgs := make([]*message.Message, 5000)
 	for i := range msgs {
 		msgs[i] = message.NewMessage(fmt.Sprint(i), []byte("x"))
@@ -149,11 +140,7 @@ func TestSubscribeToExistingQueueTakesNoTableLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := newPub(t, db)
 	if err := pub.Publish("locks", message.NewMessage("1", []byte("x"))); err != nil {
 		t.Fatal(err)
 	}

@@ -116,12 +116,16 @@ func (h *hub) add(k wakeKey, w *waiter) (remove func()) {
 }
 
 // notify records that rows may have arrived in k's table.
-func (h *hub) notify(k wakeKey) {
+func (h *hub) notify(k wakeKey) { h.notifyFrom(k, false) }
+
+// notifyFrom is notify; listened: the notification came from the LISTEN
+// connection, which a follower ignores.
+func (h *hub) notifyFrom(k wakeKey, listened bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.qs[k]
-	if q == nil || len(q.ws) == 0 {
-		return // nobody listens
+	if q == nil || len(q.ws) == 0 || listened && q.follower {
+		return // nobody listens, or another pool answers
 	}
 	q.pending++
 	if q.timer != nil {
@@ -145,16 +149,7 @@ func (h *hub) notify(k wakeKey) {
 
 // notifyListened records a notification received by db's LISTEN
 // connection: ignored where another pool leads the queue.
-func (h *hub) notifyListened(db *sql.DB, table string) {
-	k := wakeKey{db, table}
-	h.mu.Lock()
-	q := h.qs[k]
-	follower := q != nil && q.follower
-	h.mu.Unlock()
-	if !follower {
-		h.notify(k)
-	}
-}
+func (h *hub) notifyListened(db *sql.DB, table string) { h.notifyFrom(wakeKey{db, table}, true) }
 
 // leadable returns db's queue tables with a source.
 func (h *hub) leadable(db *sql.DB) map[string]bool {
