@@ -201,11 +201,25 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	}
 	done := make(chan struct{})
 	var doneOnce sync.Once
-	settled := func() {
+	// settled records a message's outcome; the first one counts, a later
+	// one is a duplicate (a broker may deliver a message again: SQS
+	// standard queues at least once, and an SQS queue without a
+	// dead-letter queue hands a dead letter back).
+	settled := func(uuid string, deadLettered bool) {
 		st.mu.Lock()
-		n := int64(len(st.seen)) + st.deadLettered.Load()
+		first := !st.seen[uuid]
+		st.seen[uuid] = true
+		n := len(st.seen)
 		st.mu.Unlock()
-		if n >= int64(o.messages) {
+		switch {
+		case !first:
+			st.duplicates.Add(1)
+		case deadLettered:
+			st.deadLettered.Add(1)
+		default:
+			st.handled.Add(1)
+		}
+		if n >= o.messages {
 			doneOnce.Do(func() { close(done) })
 		}
 	}
@@ -215,24 +229,14 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 			st.failed.Add(1)
 			// A failure on the last attempt is dead-lettered by the pipeline.
 			if a, err := strconv.Atoi(m.Metadata.Get(transport.MetadataAttempt)); err == nil && st.maxAttempts > 0 && a >= st.maxAttempts {
-				st.deadLettered.Add(1)
-				settled()
+				settled(m.UUID, true)
 			}
 			if poison {
 				return fmt.Errorf("order %s: poison order", m.UUID)
 			}
 			return fmt.Errorf("order %s: simulated failure", m.UUID)
 		}
-		st.mu.Lock()
-		dup := st.seen[m.UUID]
-		st.seen[m.UUID] = true
-		st.mu.Unlock()
-		if dup {
-			st.duplicates.Add(1)
-		} else {
-			st.handled.Add(1)
-		}
-		settled()
+		settled(m.UUID, false)
 		return nil
 	})
 	audit, err := batching.NewHandler(batching.Config{MaxSize: o.batchSize, MaxWait: 100 * time.Millisecond}, func(_ context.Context, msgs []*message.Message) error {
@@ -359,7 +363,13 @@ func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.List
 	fmt.Fprintf(tw, "published\t%d\n", st.published.Load())
 	fmt.Fprintf(tw, "handled\t%d\n", st.handled.Load())
 	fmt.Fprintf(tw, "failed attempts (retried)\t%d\n", st.failed.Load())
-	fmt.Fprintf(tw, "dead-lettered\t%d\n", st.deadLettered.Load())
+	if u, err := url.Parse(o.subURL); err == nil && u.Scheme == "sqs" && u.Query().Get("dead_letter_queue") == "" {
+		// Without a dead-letter queue a dead letter returns to the
+		// queue (its redrive policy, if any, moves it).
+		fmt.Fprintf(tw, "dead-lettered\t%d (returned to the queue: no dead_letter_queue)\n", st.deadLettered.Load())
+	} else {
+		fmt.Fprintf(tw, "dead-lettered\t%d\n", st.deadLettered.Load())
+	}
 	fmt.Fprintf(tw, "duplicates\t%d\n", st.duplicates.Load())
 	fmt.Fprintf(tw, "lost\t%d\n", st.published.Load()-st.handled.Load()-st.deadLettered.Load())
 	fmt.Fprintf(tw, "audit batches\t%d (%d events)\n", st.batches.Load(), st.batched.Load())
