@@ -26,11 +26,15 @@ type BatchFunc func(ctx context.Context, msgs []*message.Message) error
 // count settled exactly once, by finish.
 type member struct {
 	msg     *message.Message
-	settle  func()          // from transport.EnterBatch
-	deliver func(err error) // hands the outcome to Handle or acks/nacks
-	stop    func() bool     // stops the discard hook
+	settle  func()          // from transport.JoinBatch
+	deliver func(err error) // acks/nacks; nil: the outcome goes to err and waited
+	stop    func() bool     // stops the discard hook (from transport.JoinBatch)
 	batch   *batch          // guarded by batcher.mu
 	done    atomic.Bool
+
+	// Without deliver, Handle waits on waited and then reads err.
+	waited sync.WaitGroup
+	err    error
 }
 
 func (m *member) finish(err error) {
@@ -40,7 +44,18 @@ func (m *member) finish(err error) {
 	// Settle first: whoever sees the outcome sees the count already
 	// settled.
 	m.settle()
-	m.deliver(err)
+	if m.deliver != nil {
+		m.deliver(err)
+		return
+	}
+	m.err = err
+	m.waited.Done()
+}
+
+// wait waits for the outcome of a member added without deliver.
+func (m *member) wait() error {
+	m.waited.Wait()
+	return m.err
 }
 
 // batch is one open or sealed batch. Its fields are guarded by batcher.mu.
@@ -94,19 +109,26 @@ func newBatcher(base context.Context, cfg Config, fn BatchFunc) (*batcher, error
 }
 
 // add puts msg into its open batch. deliver receives the member's outcome
-// exactly once. add returns transport.ErrClosed after close.
-func (b *batcher) add(msg *message.Message, deliver func(error)) error {
+// exactly once; with a nil deliver, the returned member's wait returns it.
+// add returns transport.ErrClosed after close.
+func (b *batcher) add(msg *message.Message, deliver func(error)) (*member, error) {
 	key, err := b.key(msg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return transport.ErrClosed
+		return nil, transport.ErrClosed
 	}
-	m := &member{msg: msg, deliver: deliver, settle: transport.EnterBatch(msg)}
+	m := &member{msg: msg, deliver: deliver}
+	if deliver == nil {
+		m.waited.Add(1)
+	}
+	// drop runs at once (in its own goroutine) if the context is already
+	// done; b.mu, held until m is in its batch, orders it after this.
+	m.settle, m.stop = transport.JoinBatch(msg, func() { b.discard(m) })
 	bt := b.open[key]
 	if bt == nil {
 		bt = &batch{key: key, flush: make(chan struct{}), members: make([]*member, 0, min(b.cfg.MaxSize, 64))}
@@ -116,16 +138,10 @@ func (b *batcher) add(msg *message.Message, deliver func(error)) error {
 	}
 	m.batch = bt
 	bt.members = append(bt.members, m)
-	if ctx := msg.Context(); ctx.Done() != nil {
-		// Runs at once (in its own goroutine) if ctx is already done.
-		m.stop = context.AfterFunc(ctx, func() { b.discard(m) })
-	} else {
-		m.stop = neverStarted
-	}
 	if len(bt.members) >= b.cfg.MaxSize {
 		b.seal(bt)
 	}
-	return nil
+	return m, nil
 }
 
 func (b *batcher) key(msg *message.Message) (key string, err error) {
@@ -267,8 +283,6 @@ func validIndexes(pe *PartialError, n int) bool {
 	}
 	return true
 }
-
-func neverStarted() bool { return true }
 
 func finishAll(ms []*member, err error) {
 	for _, m := range ms {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
@@ -339,6 +340,49 @@ func TestDiscardAlreadyDoneContext(t *testing.T) {
 	if l.pending.Load() != 0 || rec.Calls() != 0 {
 		t.Fatalf("pending=%d calls=%d", l.pending.Load(), rec.Calls())
 	}
+}
+
+// A receiver giving up a member (its tracker's Cancel, as a Berth receiver
+// does when Close's deadline passes) discards it from its open batch; the
+// rest of the batch still runs.
+func TestDiscardOnReceiverCancel(t *testing.T) {
+	p := transport.NewPending(nil)
+	rec := &recorder{}
+	clock := newFakeClock()
+	h, err := batching.NewHandler(batching.Config{MaxSize: 10, MaxWait: time.Minute, Clock: clock}, rec.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	msgs := make([]*message.Message, 2)
+	trackers := make([]*transport.Tracker, 2)
+	for i := range msgs {
+		ctx, tr := transport.NewMessageContext(context.Background(), p, nil)
+		msgs[i] = message.NewMessage(watermill.NewUUID(), []byte("x"))
+		msgs[i].SetContext(ctx)
+		trackers[i] = tr
+	}
+	res := make([]chan error, 2)
+	for i, m := range msgs {
+		res[i] = make(chan error, 1)
+		go func() { res[i] <- h.Handle(m) }()
+	}
+	eventually(t, "both members pending and the batch's timer set", func() bool { return p.Load() == 2 && clock.Waiters() == 1 })
+	trackers[0].Cancel()
+	if err := <-res[0]; !errors.Is(err, batching.ErrDiscarded) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Handle = %v, want ErrDiscarded and Canceled", err)
+	}
+	if p.Load() != 1 {
+		t.Fatalf("pending = %d after the discard, want 1", p.Load())
+	}
+	clock.Advance(time.Minute)
+	if err := <-res[1]; err != nil {
+		t.Fatalf("the other member: %v", err)
+	}
+	if rec.Calls() != 1 || p.Load() != 0 {
+		t.Fatalf("calls=%d pending=%d, want 1 and 0", rec.Calls(), p.Load())
+	}
+	trackers[1].Cancel()
 }
 
 // --- Consume ---

@@ -43,7 +43,7 @@ func Consume(ctx context.Context, msgs <-chan *message.Message, cfg Config, fn B
 				stop = errChannelClosed
 				break
 			}
-			if err := b.add(msg, ackOrNack(msg)); err != nil {
+			if _, err := b.add(msg, ackOrNack(msg)); err != nil {
 				b.cfg.Logger.Error("Cannot batch message", err, watermill.LogFields{"message_uuid": msg.UUID})
 				msg.Nack()
 			}

@@ -50,15 +50,19 @@
 // # Pending counts
 //
 // A message delivered by a Berth subscriber carries a tracker in its
-// context. When it enters a batch, transport.EnterBatch adds one to the
+// context. When it enters a batch, transport.JoinBatch adds one to the
 // pending count of the listener it came from and frees its concurrency
 // permit: it now counts as batch pending instead of in flight, and the
 // listener's QueueCount (buffered + in flight + batch pending) still holds
 // it. When its batch ends — success, failure, partial failure, discard,
 // shutdown — the count is settled exactly once, before the outcome is
-// delivered. A batch may mix members of several listeners; each is settled
-// against its own. Messages without a tracker (published in-process, or from
-// a non-Berth subscriber) are batched the same way and counted nowhere.
+// delivered. While a batch holds it, the receiver keeps no goroutine for
+// it, and the discard hook is the tracker's rather than a
+// context.AfterFunc: a held member costs its payload, its message, the
+// member and a few small objects. A batch may mix members of several
+// listeners; each is settled against its own. Messages without a tracker
+// (published in-process, or from a non-Berth subscriber) are batched the
+// same way and counted nowhere.
 //
 // Back-pressure is the listener's: above PipelineConfig.MaxQueue it stops
 // fetching and reports transport.StatusTooBusy, and it resumes at

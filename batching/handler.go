@@ -46,11 +46,11 @@ func NewHandler(cfg Config, fn BatchFunc) (*Handler, error) {
 // Handle has the signature of message.NoPublishHandlerFunc. Called directly,
 // the caller acks or nacks msg by the returned error.
 func (h *Handler) Handle(msg *message.Message) error {
-	out := make(chan error, 1)
-	if err := h.b.add(msg, func(err error) { out <- err }); err != nil {
+	m, err := h.b.add(msg, nil)
+	if err != nil {
 		return err
 	}
-	return <-out
+	return m.wait()
 }
 
 // Close stops the Handler: Handle rejects new messages with

@@ -13,8 +13,11 @@
 // into metadata; the message goes out on the channel; its Ack completes it,
 // its Nack retries it after an exponential delay, or dead-letters it once
 // MaxAttempts is reached. A message that enters a batching stage
-// (transport.EnterBatch) frees its permit while its settlement waits for
-// the batch.
+// (transport.EnterBatch, transport.JoinBatch) frees its permit and its
+// goroutine while the batch holds it: nothing watches it until the stage
+// settles it at the end of its batch, when a goroutine waits for the ack or
+// nack that follows. A batch may hold thousands of messages; a parked
+// goroutine per message would cost more heap than anything but the payload.
 //
 // # Faults
 //
@@ -28,5 +31,7 @@
 //
 // Close releases buffered deliveries at once, lets in-flight messages be
 // settled until its context is done, then hands the rest back for
-// redelivery. Settlement never uses an already cancelled context.
+// redelivery, those a batch holds included: their contexts are cancelled,
+// so the batch discards them. Settlement never uses an already cancelled
+// context.
 package receiver

@@ -39,7 +39,7 @@ type Receiver struct {
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
-	holding map[*transport.Delivery]struct{} // gated, unsettled (renewed)
+	holding map[*transport.Delivery]*flight // gated, unsettled (renewed)
 	closed  bool
 	avail   chan struct{} // cap 1: the buffer got an item
 
@@ -50,6 +50,7 @@ type Receiver struct {
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
 	stopOnce  sync.Once
 	abandon   chan struct{} // closed when the drain deadline passes
+	abandoned atomic.Bool   // set just before abandon is closed
 	abandonMu sync.Once
 	done      chan struct{}
 	closeOnce sync.Once
@@ -95,7 +96,7 @@ func New(p transport.ReceiverParams) (transport.Receiver, error) {
 		name:      p.Name,
 		obs:       cfg.Observer,
 		permits:   make(chan struct{}, cfg.Concurrency),
-		holding:   map[*transport.Delivery]struct{}{},
+		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		abandon:   make(chan struct{}),
@@ -333,21 +334,25 @@ func (r *Receiver) take() *transport.Delivery {
 }
 
 // process runs one delivery through map, gate, delivery and settlement.
-// It holds a permit until the message is settled or enters a batch.
+// It holds a permit until the message is settled or enters a batch. A
+// message that enters a batch is not watched while the batch holds it: this
+// goroutine exits and the flight is picked up again when the batch ends
+// (see flight).
 func (r *Receiver) process(d *transport.Delivery) {
-	var permitOnce sync.Once
-	freePermit := func() {
-		permitOnce.Do(func() {
-			r.inflight.Add(-1)
-			<-r.permits
-			r.changed()
-		})
-	}
-	defer r.workers.Done()
-	defer freePermit()
+	var f *flight // owns the permit and the worker count once set
 	defer func() {
 		if p := recover(); p != nil {
 			r.recordFault("process", panicError(p))
+			if f != nil && f.state.CompareAndSwap(flightWatched, flightDone) {
+				if f.tracker != nil {
+					f.tracker.Cancel()
+				}
+				f.end(transport.OutcomeAbandoned)
+			}
+		}
+		if f == nil {
+			r.freePermit()
+			r.workers.Done()
 		}
 	}()
 
@@ -391,57 +396,206 @@ func (r *Receiver) process(d *transport.Delivery) {
 	if d.ID != "" {
 		msg.Metadata.Set(transport.MetadataMessageID, d.ID)
 	}
+	f = &flight{r: r, d: d, msg: msg, wake: make(chan struct{})}
+	f.permit.Store(true)
 	// Entering a batch frees the permit at once: the message now counts as
 	// batch pending, not in flight.
-	tracker := transport.NewTracker(r.pending, freePermit)
-	msgCtx, cancelMsg := context.WithCancel(transport.WithTracker(r.base, tracker))
-	defer cancelMsg()
-	var finish func(transport.Outcome)
-	r.observe(func(o transport.Observer) { msgCtx, finish = o.Delivering(msgCtx, r.name, msg) })
-	outcome := transport.OutcomeAbandoned
-	if finish != nil {
-		defer func() { r.observe(func(transport.Observer) { finish(outcome) }) }()
-	}
+	msgCtx, tracker := transport.NewMessageContext(r.base, r.pending, f)
+	f.tracker = tracker
+	r.observe(func(o transport.Observer) { msgCtx, f.finish = o.Delivering(msgCtx, r.name, msg) })
 	msg.SetContext(msgCtx)
 
 	r.mu.Lock()
-	r.holding[d] = struct{}{}
+	r.holding[d] = f
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.holding, d)
-		r.mu.Unlock()
-	}()
+	wake := f.wake // read before the consumer can see msg
 
 	// Deliver.
 	if err := r.guard(string(faults.Deliver), func() error { return faults.Hit(faults.Deliver) }); err != nil {
+		f.state.Store(flightDone)
+		f.tracker.Cancel()
 		r.retry(d, 0)
+		f.end(transport.OutcomeAbandoned)
 		return
 	}
 	select {
 	case r.out <- msg:
 	case <-r.stop:
+		f.state.Store(flightDone)
+		f.tracker.Cancel()
 		r.retry(d, 0) // never seen by user code
+		f.end(transport.OutcomeAbandoned)
 		return
 	}
+	f.watch(wake)
+}
 
-	// Await settlement.
-	for {
-		select {
-		case <-msg.Acked():
-			cancelMsg()
-			outcome = transport.OutcomeAcked
-			r.complete(d)
+// flight states. A flight is watched by exactly one goroutine (or none,
+// while a batch holds it); whoever moves it to flightDone settles it.
+const (
+	flightWatched  int32 = iota // process awaits the ack, nack or abandon
+	flightDetached              // a batch holds it: nobody watches
+	flightRejoined              // its batch ended: an await goroutine watches
+	flightDone                  // settled or handed back
+)
+
+// A flight is one delivered message from delivery to settlement. It
+// implements transport.BatchHooks: when the message enters a batch, its
+// process goroutine exits (a batch may hold a message far longer than a
+// permit, and a parked goroutine costs more than the message's metadata);
+// when the batch ends, an await goroutine watches for the ack or nack that
+// follows. Close hands back detached flights itself. A flight counts in
+// Receiver.workers until it ends, so Close waits for it either way.
+type flight struct {
+	r       *Receiver
+	d       *transport.Delivery
+	msg     *message.Message
+	tracker *transport.Tracker      // its Cancel cancels the message context
+	finish  func(transport.Outcome) // the observer's, or nil
+	wake    chan struct{}           // closed when the message enters a batch
+	state   atomic.Int32
+	permit  atomic.Bool // the concurrency permit is still held
+	ended   atomic.Bool
+}
+
+// watch waits for the message's settlement, or for it to enter a batch
+// (wake closed; nil for the await goroutine), and settles it if this
+// goroutine still watches it.
+func (f *flight) watch(wake <-chan struct{}) {
+	r := f.r
+	owned := false
+	defer func() {
+		if p := recover(); p != nil {
+			r.recordFault("process", panicError(p))
+			if owned {
+				f.tracker.Cancel()
+				f.end(transport.OutcomeAbandoned)
+			}
+		}
+	}()
+	var outcome transport.Outcome
+	select {
+	case <-f.msg.Acked():
+		outcome = transport.OutcomeAcked
+	case <-f.msg.Nacked():
+		outcome = transport.OutcomeNacked
+	case <-r.abandon:
+		outcome = transport.OutcomeAbandoned
+	case <-wake:
+		// Entered a batch. Close may have walked the detached flights
+		// before this one detached: hand it back here then.
+		if r.abandoned.Load() && f.state.CompareAndSwap(flightDetached, flightDone) {
+			owned = true
+			f.handBack()
+		}
+		return
+	}
+	if wake != nil {
+		if !f.state.CompareAndSwap(flightWatched, flightDone) {
+			// Detached meanwhile: the batch owns it now (Close, if it
+			// already walked, left it to us).
+			if r.abandoned.Load() && f.state.CompareAndSwap(flightDetached, flightDone) {
+				owned = true
+				f.handBack()
+			}
 			return
-		case <-msg.Nacked():
-			cancelMsg()
-			outcome = r.nack(d, msg)
-			return
-		case <-r.abandon:
-			cancelMsg()
-			r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": d.ID})
-			r.retry(d, 0)
-			return
+		}
+	} else {
+		f.state.Store(flightDone) // the await goroutine is the only watcher
+	}
+	owned = true
+	f.tracker.Cancel()
+	switch outcome {
+	case transport.OutcomeAcked:
+		r.complete(f.d)
+	case transport.OutcomeNacked:
+		outcome = r.nack(f.d, f.msg)
+	default:
+		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
+		r.retry(f.d, 0)
+	}
+	f.end(outcome)
+}
+
+// handBack settles a detached flight the receiver gives up on (Close's
+// deadline passed): its context is cancelled, so the batch discards it, and
+// it is handed back for redelivery.
+func (f *flight) handBack() {
+	f.tracker.Cancel()
+	f.r.logDebug("closing: batched message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
+	f.r.retry(f.d, 0)
+	f.end(transport.OutcomeAbandoned)
+}
+
+// end reports the outcome, forgets the flight and frees what it held. Only
+// the goroutine that moved the flight to flightDone calls it; a second call
+// (after a panic inside the first) does nothing.
+func (f *flight) end(outcome transport.Outcome) {
+	if !f.ended.CompareAndSwap(false, true) {
+		return
+	}
+	r := f.r
+	if f.finish != nil {
+		r.observe(func(transport.Observer) { f.finish(outcome) })
+	}
+	r.mu.Lock()
+	delete(r.holding, f.d)
+	r.mu.Unlock()
+	f.freePermit()
+	r.workers.Done()
+}
+
+func (f *flight) freePermit() {
+	if f.permit.CompareAndSwap(true, false) {
+		f.r.freePermit()
+	}
+}
+
+// EnteredBatch implements transport.BatchHooks: the permit is freed and the
+// process goroutine let go.
+func (f *flight) EnteredBatch() {
+	f.freePermit()
+	if f.state.CompareAndSwap(flightWatched, flightDetached) {
+		close(f.wake)
+		f.wake = nil // the process goroutine read it before delivering
+	}
+}
+
+// LeftBatch implements transport.BatchHooks: an await goroutine watches
+// for the ack or nack that follows.
+func (f *flight) LeftBatch() {
+	if f.state.CompareAndSwap(flightDetached, flightRejoined) {
+		go f.watch(nil) // counted in workers until f ends
+	}
+}
+
+// freePermit returns one concurrency permit.
+func (r *Receiver) freePermit() {
+	r.inflight.Add(-1)
+	<-r.permits
+	r.changed()
+}
+
+// abandonNow tells every watcher to hand its message back.
+func (r *Receiver) abandonNow() {
+	r.abandoned.Store(true)
+	close(r.abandon)
+}
+
+// handBackDetached hands back every flight a batch holds; Close calls it
+// once its deadline has passed.
+func (r *Receiver) handBackDetached() {
+	r.mu.Lock()
+	var fs []*flight
+	for _, f := range r.holding {
+		if f.state.Load() == flightDetached {
+			fs = append(fs, f)
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range fs {
+		if f.state.CompareAndSwap(flightDetached, flightDone) {
+			f.handBack()
 		}
 	}
 }
@@ -569,10 +723,11 @@ func (r *Receiver) Close(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-ctx.Done():
-			r.abandonMu.Do(func() { close(r.abandon) })
+			r.abandonMu.Do(r.abandonNow)
+			r.handBackDetached()
 			<-drained
 		}
-		r.abandonMu.Do(func() { close(r.abandon) })
+		r.abandonMu.Do(r.abandonNow)
 		close(r.renewStop)
 		r.renewWG.Wait()
 		close(r.done)

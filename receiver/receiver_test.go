@@ -2,6 +2,8 @@ package receiver_test
 
 import (
 	"context"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +235,107 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	}
 	if len(obs.names) != 3 || obs.names[0] != "orders" {
 		t.Errorf("listener names %v", obs.names)
+	}
+}
+
+// waitFor polls cond (the receiver gives no signal for these states).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A message in a batch frees its permit and its goroutine: held messages
+// cost no goroutine each. When its batch ends, its ack completes it.
+func TestBatchedMessagesHoldNoGoroutine(t *testing.T) {
+	const n = 40
+	src := newGateSource()
+	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
+	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, Observer: obs})
+	before := runtime.NumGoroutine()
+	ds := make([]*transport.Delivery, n)
+	for i := range ds {
+		ds[i] = &transport.Delivery{ID: strconv.Itoa(i), Raw: "x"}
+	}
+	r.Push(ds)
+	msgs := make([]*message.Message, n)
+	settles := make([]func(), n)
+	stops := make([]func() bool, n)
+	for i := range msgs {
+		msgs[i] = recv(t, out)
+		settles[i], stops[i] = transport.JoinBatch(msgs[i], func() { t.Errorf("message %d dropped", i) })
+	}
+	waitFor(t, "the process goroutines to exit", func() bool {
+		return r.InFlight() == 0 && runtime.NumGoroutine() < before+n/4
+	})
+	if h := r.(*receiver.Receiver).Holding(); h != n {
+		t.Fatalf("holding %d, want %d", h, n)
+	}
+	for i, m := range msgs {
+		stops[i]() // the batch runs: no more drops
+		settles[i]()
+		if i%2 == 0 {
+			m.Ack()
+		} else {
+			m.Nack()
+		}
+	}
+	waitFor(t, "every outcome", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.outcomes) == n
+	})
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.done) != n/2 || len(src.retried) != n/2 {
+		t.Fatalf("completed %d, retried %d; want %d each", len(src.done), len(src.retried), n/2)
+	}
+}
+
+// Close hands back a message a batch still holds when its deadline passes:
+// the batch learns it (its drop runs, the context is cancelled), the
+// message is retried once, and settling it later changes nothing.
+func TestCloseHandsBackBatchedMessages(t *testing.T) {
+	src := newGateSource()
+	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
+	out := make(chan *message.Message)
+	r, err := receiver.New(transport.ReceiverParams{Source: src, Out: out,
+		Config: transport.PipelineConfig{Concurrency: 1, Observer: obs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Push([]*transport.Delivery{{ID: "held", Raw: "x"}})
+	m := recv(t, out)
+	dropped := make(chan struct{})
+	settle, _ := transport.JoinBatch(m, func() { close(dropped) })
+	waitFor(t, "the permit to be freed", func() bool { return r.InFlight() == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dropped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch was not told to drop the member")
+	}
+	if m.Context().Err() == nil {
+		t.Fatal("message context not cancelled")
+	}
+	settle()
+	m.Nack()
+	src.mu.Lock()
+	_, retried := src.retried["held"]
+	src.mu.Unlock()
+	obs.mu.Lock()
+	outcome := obs.outcomes[m.UUID]
+	obs.mu.Unlock()
+	if !retried || outcome != transport.OutcomeAbandoned {
+		t.Fatalf("retried %v, outcome %v; want handed back and abandoned", retried, outcome)
 	}
 }

@@ -38,7 +38,10 @@
 // Messages held by batching stages still count toward their listener's
 // QueueCount: [EnterBatch] moves a message from in flight to batch pending
 // (freeing its concurrency permit) and returns a settle function that is
-// effective once.
+// effective once. [JoinBatch] does the same for a stage that drops members
+// whose context ends, without a context.AfterFunc per member. Receivers
+// build each message's context with [NewMessageContext] and learn through
+// [BatchHooks] when a batch takes the message and when it lets it go.
 //
 // # Errors
 //

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/berth-go/berth/transport"
 	_ "github.com/berth-go/berth/transport/mem"
 )
@@ -35,6 +37,27 @@ func ExampleEnterBatch() {
 	settle := transport.EnterBatch(msg)
 	fmt.Println(pending.Load())
 	settle()
+	settle()
+	fmt.Println(pending.Load())
+	// Output:
+	// 1
+	// 0
+}
+
+// A receiver builds each message's context with NewMessageContext; a
+// batching stage joins the message to a batch, and the receiver's Cancel
+// (when it gives the message up) drops it from the batch.
+func ExampleJoinBatch() {
+	pending := transport.NewPending(nil)
+	ctx, tracker := transport.NewMessageContext(context.Background(), pending, nil)
+	msg := message.NewMessage("m", nil)
+	msg.SetContext(ctx)
+
+	dropped := make(chan struct{})
+	settle, _ := transport.JoinBatch(msg, func() { close(dropped) })
+	fmt.Println(pending.Load())
+	tracker.Cancel() // e.g. Close's deadline passed
+	<-dropped
 	settle()
 	fmt.Println(pending.Load())
 	// Output:
