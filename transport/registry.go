@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -66,10 +67,16 @@ func Schemes() []string {
 func lookup(rawURL string) (Driver, *url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("berth: malformed URL: %w", err)
+		// url.Error repeats the whole URL, password included: report
+		// only what is wrong with it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, nil, fmt.Errorf("%w: malformed URL: %w", ErrInvalidConfig, err)
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("berth: URL %q has no scheme; registered: %s", rawURL, strings.Join(Schemes(), ", "))
+		return nil, nil, fmt.Errorf("%w: URL %q has no scheme; registered: %s", ErrInvalidConfig, u.Redacted(), strings.Join(Schemes(), ", "))
 	}
 	driversMu.RLock()
 	d, ok := drivers[u.Scheme]

@@ -17,8 +17,9 @@ func TestOpenBadInput(t *testing.T) {
 		want []string
 	}{
 		{url: "nosuch://x", is: transport.ErrUnknownScheme, want: []string{`"nosuch"`, "mem"}},
-		{url: "://bad url", want: []string{"malformed URL"}},
-		{url: "just-a-name", want: []string{"no scheme", "mem"}},
+		{url: "://bad url", is: transport.ErrInvalidConfig, want: []string{"malformed URL"}},
+		{url: "just-a-name", is: transport.ErrInvalidConfig, want: []string{"no scheme", "mem"}},
+		{url: "postgres://user:secret@host:port/db", is: transport.ErrInvalidConfig, want: []string{"malformed URL", "port"}},
 		{url: "mem://x?concurrency=zero", is: nil, want: []string{`"concurrency"`, "integer"}},
 		{url: "mem://x?wave_cap=0", want: []string{`"wave_cap"`}},
 		{url: "mem://x?empty_delay=soon", want: []string{`"empty_delay"`, "duration"}},
@@ -39,6 +40,9 @@ func TestOpenBadInput(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Fatalf("err %q does not mention %q", err, w)
 				}
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("err %q repeats the password", err)
 			}
 		})
 	}
