@@ -23,7 +23,9 @@ type Coalescer[T any] struct {
 	flush    func(ctx context.Context, items []T) []error
 	maxBatch int
 	linger   time.Duration
+	lull     time.Duration
 	full     chan struct{} // buffered 1: the queue reached maxBatch
+	arrived  chan struct{} // buffered 1: an item queued while lingering
 
 	mu     sync.Mutex
 	queue  []*waiter[T]
@@ -47,19 +49,40 @@ type waiter[T any] struct {
 func New[T any](flush func(ctx context.Context, items []T) []error, maxBatch int) *Coalescer[T] {
 	idle := make(chan struct{})
 	close(idle)
-	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle, full: make(chan struct{}, 1)}
+	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle, full: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
 }
 
 // NewLinger is New with a linger: the first item after an idle period waits
-// up to linger (less when maxBatch items queue up) for others to share its
-// flush, trading that much latency for fewer round trips when items arrive
-// close together but not at once. Items arriving while a flush is in flight
-// queue as with New, without lingering.
+// up to linger for others to share its flush, trading that much latency for
+// fewer round trips when items arrive close together but not at once. The
+// wait ends early when maxBatch items have queued, or at a lull: when no
+// item has joined for DefaultLull (or linger, if shorter). Items arriving
+// while a flush is in flight queue as with New, without lingering.
+//
+// The lull matters when the callers are few: with 16 callers that each
+// come back only after their item's flush (a receiver's concurrency
+// permits), a linger that waited for maxBatch would delay every flush by
+// the whole linger; measured on PostgreSQL, 16 permits and a 1 ms handler
+// drained 1,200 msg/s with a 5 ms linger and 300 with 25 ms.
 func NewLinger[T any](flush func(ctx context.Context, items []T) []error, maxBatch int, linger time.Duration) *Coalescer[T] {
+	return NewLingerLull(flush, maxBatch, linger, DefaultLull)
+}
+
+// NewLingerLull is NewLinger with the lull given (at most linger; zero or
+// less means the linger ends only when it is over or the batch is full).
+func NewLingerLull[T any](flush func(ctx context.Context, items []T) []error, maxBatch int, linger, lull time.Duration) *Coalescer[T] {
 	c := New(flush, maxBatch)
 	c.linger = max(linger, 0)
+	c.lull = c.linger
+	if lull > 0 {
+		c.lull = min(lull, c.linger)
+	}
 	return c
 }
+
+// DefaultLull is how long a lingering flush waits for the next item before
+// it gives up on more company.
+const DefaultLull = time.Millisecond
 
 // Do submits item and waits for the outcome of the flush that carries it.
 // If ctx is done while the item is still queued, Do withdraws it and returns
@@ -87,6 +110,12 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 			}
 		}
 		c.mu.Unlock()
+		if c.linger > 0 {
+			select {
+			case c.arrived <- struct{}{}:
+			default:
+			}
+		}
 	}
 	cancelled := ctx.Done()
 	for {
@@ -113,17 +142,17 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 	}
 }
 
-// run flushes one batch from the head of the queue, delivers the outcomes,
-// and hands leadership to the next queued caller, if any.
 // lingerFor waits the linger (if any) before the first flush after idle,
-// ending early when a full batch has queued.
+// ending early when a full batch has queued or at a lull.
 func (c *Coalescer[T]) lingerFor() {
 	if c.linger <= 0 {
 		return
 	}
-	select { // a stale signal from an earlier burst
-	case <-c.full:
-	default:
+	for _, ch := range []chan struct{}{c.full, c.arrived} {
+		select { // a stale signal from an earlier burst
+		case <-ch:
+		default:
+		}
 	}
 	c.mu.Lock()
 	n := len(c.queue)
@@ -131,14 +160,26 @@ func (c *Coalescer[T]) lingerFor() {
 	if n >= c.maxBatch {
 		return
 	}
-	t := time.NewTimer(c.linger)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-c.full:
+	deadline := time.NewTimer(c.linger)
+	defer deadline.Stop()
+	lull := time.NewTimer(c.lull)
+	defer lull.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return
+		case <-c.full:
+			return
+		case <-lull.C:
+			return
+		case <-c.arrived:
+			lull.Reset(c.lull)
+		}
 	}
 }
 
+// run flushes one batch from the head of the queue, delivers the outcomes,
+// and hands leadership to the next queued caller, if any.
 func (c *Coalescer[T]) run(ctx context.Context) {
 	c.mu.Lock()
 	n := min(len(c.queue), c.maxBatch)

@@ -183,12 +183,12 @@ func waitQueued[T any](t *testing.T, c *coalesce.Coalescer[T], n int) {
 func TestLingerGathersTheFirstBatch(t *testing.T) {
 	var mu sync.Mutex
 	var batches []int
-	c := coalesce.NewLinger(func(_ context.Context, items []int) []error {
+	c := coalesce.NewLingerLull(func(_ context.Context, items []int) []error {
 		mu.Lock()
 		batches = append(batches, len(items))
 		mu.Unlock()
 		return nil
-	}, 4, time.Minute) // ends early: the batch fills
+	}, 4, time.Minute, 0) // no lull: ends only when the batch fills
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Add(1)
@@ -204,5 +204,29 @@ func TestLingerGathersTheFirstBatch(t *testing.T) {
 	defer mu.Unlock()
 	if len(batches) != 1 || batches[0] != 4 {
 		t.Fatalf("batches %v, want one batch of 4", batches)
+	}
+}
+
+// A lingering flush that no other item joins goes at the lull, not at the
+// end of the linger: callers that come back only after their own flush
+// would otherwise wait the whole linger every time.
+func TestLingerEndsAtALull(t *testing.T) {
+	flushed := make(chan []int, 1)
+	c := coalesce.NewLingerLull(func(_ context.Context, items []int) []error {
+		flushed <- items
+		return nil
+	}, 100, time.Hour, 10*time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- c.Do(context.Background(), 7) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // far past the lull, far short of the linger
+		t.Fatal("a lone item waited past its lull")
+	}
+	if got := <-flushed; len(got) != 1 || got[0] != 7 {
+		t.Fatalf("flushed %v, want [7]", got)
 	}
 }

@@ -40,7 +40,7 @@ const (
 	// Complete or Retry calls.
 	DefaultSettleBatch = 256
 	// DefaultSettleLinger is how long the first Begin or Complete after an
-	// idle moment waits for others to share its statement.
+	// idle moment waits, at most, for others to share its statement.
 	DefaultSettleLinger = 5 * time.Millisecond
 )
 
@@ -113,8 +113,11 @@ type SubscriberConfig struct {
 	// calls. Defaults to DefaultSettleBatch (256).
 	SettleBatch int
 	// SettleLinger: the first Begin or Complete after an idle moment waits
-	// this long (less when SettleBatch calls queue up) for others to share
-	// its statement; calls arriving while a statement runs never wait.
+	// up to this long for others to share its statement: less when
+	// SettleBatch calls queue up, or when none has joined for a
+	// millisecond (a lull: with few concurrency permits, waiting longer
+	// for company that cannot come only slows the pipeline). Calls
+	// arriving while a statement runs never wait.
 	// Negative means no linger. Defaults to DefaultSettleLinger (5ms). URL:
 	// settle_linger.
 	SettleLinger time.Duration

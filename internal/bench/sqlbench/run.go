@@ -160,6 +160,25 @@ type tracker struct {
 	target    int // 0: not known yet
 	done      chan struct{}
 	processed atomic.Int64
+
+	// marks: when processed reaches marks[i].at, marks[i].c is closed
+	// (drains sample the server's CPU there; see midWindow).
+	marks []trackerMark
+}
+
+type trackerMark struct {
+	at int
+	c  chan struct{}
+}
+
+// mark returns a channel closed once n distinct messages are processed.
+// Call it before the run starts.
+func (t *tracker) mark(n int) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := make(chan struct{})
+	t.marks = append(t.marks, trackerMark{at: n, c: c})
+	return c
 }
 
 func newTracker() *tracker {
@@ -193,6 +212,11 @@ func (t *tracker) record(msg *message.Message, now time.Time) {
 	}
 	t.seen[msg.UUID] = struct{}{}
 	t.processed.Add(1)
+	for _, m := range t.marks {
+		if len(t.seen) == m.at {
+			close(m.c)
+		}
+	}
 	if ns, err := strconv.ParseInt(msg.Metadata.Get(metadataSentAt), 10, 64); err == nil {
 		t.latencies = append(t.latencies, float64(now.UnixNano()-ns)/1e6)
 	}
@@ -292,6 +316,11 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	tr := newTracker()
 	if rc.Backlog > 0 {
 		tr.setTarget(rc.Backlog)
+	}
+	var mid *midWindow
+	if h.cpu != nil && rc.Backlog >= 100 && rc.Rate == 0 {
+		mid = startMidWindow(h.cpu, tr, rc.Backlog/10, rc.Backlog*9/10)
+		defer mid.stop()
 	}
 	start := time.Now()
 
@@ -481,6 +510,11 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	if dbCPU >= 0 {
 		m["db_cpu_ms_per_msg"] = per(float64(dbCPU) / float64(time.Millisecond))
 	}
+	if mid != nil {
+		if v, ok := mid.result(); ok {
+			m["db_cpu_mid_ms_per_msg"] = v
+		}
+	}
 	if rc.Rate > 0 && len(lat) > 0 {
 		slices.Sort(lat)
 		m["p50_ms"] = percentile(lat, 0.50)
@@ -595,3 +629,66 @@ func cmpErr(a, b error) error {
 }
 
 func joinNotes(ns []string) string { return strings.Join(ns, "; ") }
+
+// midWindow measures the server's CPU per message over the middle of a
+// drain (from the lo-th to the hi-th processed message), leaving out what
+// does not grow with the messages: the instances' connections starting
+// (a backend forks, authenticates and fills its catalog caches; each
+// prepared statement is planned once per connection) and closing. A
+// whole-run figure divides those by the messages drained, and with 12
+// instances × 4 connections over a drain of about a second they are a
+// large share of it.
+type midWindow struct {
+	done    chan struct{}
+	quit    chan struct{}
+	quitOne sync.Once
+	cpu     time.Duration
+	msgs    int64
+	ok      bool
+}
+
+func startMidWindow(cpu *serverCPU, tr *tracker, lo, hi int) *midWindow {
+	w := &midWindow{done: make(chan struct{}), quit: make(chan struct{})}
+	loC, hiC := tr.mark(lo), tr.mark(hi)
+	go func() {
+		defer close(w.done)
+		select {
+		case <-loC:
+		case <-w.quit:
+			return
+		}
+		n0 := tr.processed.Load()
+		s0, err := cpu.Sample()
+		if err != nil {
+			return
+		}
+		select {
+		case <-hiC:
+		case <-w.quit:
+			return
+		}
+		s1, err := cpu.Sample()
+		n1 := tr.processed.Load()
+		if err != nil || n1 <= n0 {
+			return
+		}
+		w.cpu, w.msgs, w.ok = s1.Since(s0), n1-n0, true
+	}()
+	return w
+}
+
+// stop ends the sampling goroutine and waits for it.
+func (w *midWindow) stop() {
+	w.quitOne.Do(func() { close(w.quit) })
+	<-w.done
+}
+
+// result returns the window's DB CPU in milliseconds per message, once the
+// drain passed both marks.
+func (w *midWindow) result() (float64, bool) {
+	w.stop()
+	if !w.ok {
+		return 0, false
+	}
+	return float64(w.cpu) / float64(time.Millisecond) / float64(w.msgs), true
+}
