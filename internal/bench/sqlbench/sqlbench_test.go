@@ -7,6 +7,9 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"go.uber.org/goleak"
 
@@ -167,5 +170,35 @@ func TestCountingConn(t *testing.T) {
 	<-done
 	if got := ctr.Snapshot(); got.RoundTrips != 2 || got.Conns != 1 {
 		t.Fatalf("snapshot = %+v, want 2 round trips on 1 connection", got)
+	}
+}
+
+// A tracker's marks close when that many distinct messages are processed,
+// and duplicates do not move them.
+func TestTrackerMarks(t *testing.T) {
+	tr := newTracker()
+	lo, hi := tr.mark(2), tr.mark(3)
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	a, b, c := message.NewMessage("a", nil), message.NewMessage("b", nil), message.NewMessage("c", nil)
+	now := time.Now()
+	tr.record(a, now)
+	tr.record(a, now) // a duplicate
+	if isClosed(lo) || isClosed(hi) {
+		t.Fatal("a mark closed after one distinct message")
+	}
+	tr.record(b, now)
+	if !isClosed(lo) || isClosed(hi) {
+		t.Fatal("after two distinct messages only the first mark should be closed")
+	}
+	tr.record(c, now)
+	if !isClosed(hi) {
+		t.Fatal("the second mark did not close at three messages")
 	}
 }
