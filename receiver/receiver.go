@@ -412,22 +412,24 @@ func (r *Receiver) process(d *transport.Delivery) {
 
 	// Deliver.
 	if err := r.guard(string(faults.Deliver), func() error { return faults.Hit(faults.Deliver) }); err != nil {
-		f.state.Store(flightDone)
-		f.tracker.Cancel()
-		r.retry(d, 0)
-		f.end(transport.OutcomeAbandoned)
+		f.undelivered()
 		return
 	}
 	select {
 	case r.out <- msg:
 	case <-r.stop:
-		f.state.Store(flightDone)
-		f.tracker.Cancel()
-		r.retry(d, 0) // never seen by user code
-		f.end(transport.OutcomeAbandoned)
+		f.undelivered()
 		return
 	}
 	f.watch(wake)
+}
+
+// undelivered hands back a flight user code never saw.
+func (f *flight) undelivered() {
+	f.state.Store(flightDone)
+	f.tracker.Cancel()
+	f.r.retry(f.d, 0)
+	f.end(transport.OutcomeAbandoned)
 }
 
 // flight states. A flight is watched by exactly one goroutine (or none,
@@ -484,20 +486,14 @@ func (f *flight) watch(wake <-chan struct{}) {
 	case <-wake:
 		// Entered a batch. Close may have walked the detached flights
 		// before this one detached: hand it back here then.
-		if r.abandoned.Load() && f.state.CompareAndSwap(flightDetached, flightDone) {
-			owned = true
-			f.handBack()
-		}
+		f.handBackIfAbandoned(&owned)
 		return
 	}
 	if wake != nil {
 		if !f.state.CompareAndSwap(flightWatched, flightDone) {
 			// Detached meanwhile: the batch owns it now (Close, if it
 			// already walked, left it to us).
-			if r.abandoned.Load() && f.state.CompareAndSwap(flightDetached, flightDone) {
-				owned = true
-				f.handBack()
-			}
+			f.handBackIfAbandoned(&owned)
 			return
 		}
 	} else {
@@ -515,6 +511,15 @@ func (f *flight) watch(wake <-chan struct{}) {
 		r.retry(f.d, 0)
 	}
 	f.end(outcome)
+}
+
+// handBackIfAbandoned hands back a detached flight once Close has given
+// up on its messages (setting *owned first, for watch's recovery).
+func (f *flight) handBackIfAbandoned(owned *bool) {
+	if f.r.abandoned.Load() && f.state.CompareAndSwap(flightDetached, flightDone) {
+		*owned = true
+		f.handBack()
+	}
 }
 
 // handBack settles a detached flight the receiver gives up on (Close's

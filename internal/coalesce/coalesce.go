@@ -23,15 +23,15 @@ type Coalescer[T any] struct {
 	flush    func(ctx context.Context, items []T) []error
 	maxBatch int
 	linger   time.Duration
-	lull     time.Duration
-	full     chan struct{} // buffered 1: the queue reached maxBatch
-	arrived  chan struct{} // buffered 1: an item queued while lingering
+	lull     time.Duration // ≥ linger: no lull
+	arrived  chan struct{} // buffered 1: an item queued while the leader lingers
 
-	mu     sync.Mutex
-	queue  []*waiter[T]
-	busy   bool
-	idle   chan struct{} // closed when !busy; replaced when a flush starts
-	closed bool
+	mu        sync.Mutex
+	queue     []*waiter[T]
+	busy      bool
+	lingering bool          // the leader is in lingerFor: signal arrived
+	idle      chan struct{} // closed when !busy; replaced when a flush starts
+	closed    bool
 }
 
 type waiter[T any] struct {
@@ -49,7 +49,7 @@ type waiter[T any] struct {
 func New[T any](flush func(ctx context.Context, items []T) []error, maxBatch int) *Coalescer[T] {
 	idle := make(chan struct{})
 	close(idle)
-	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle, full: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
+	return &Coalescer[T]{flush: flush, maxBatch: max(maxBatch, 1), idle: idle, arrived: make(chan struct{}, 1)}
 }
 
 // NewLinger is New with a linger: the first item after an idle period waits
@@ -103,14 +103,9 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 		c.lingerFor()
 		c.run(ctx)
 	} else {
-		if len(c.queue) >= c.maxBatch {
-			select {
-			case c.full <- struct{}{}:
-			default:
-			}
-		}
+		signal := c.lingering
 		c.mu.Unlock()
-		if c.linger > 0 {
+		if signal {
 			select {
 			case c.arrived <- struct{}{}:
 			default:
@@ -148,32 +143,47 @@ func (c *Coalescer[T]) lingerFor() {
 	if c.linger <= 0 {
 		return
 	}
-	for _, ch := range []chan struct{}{c.full, c.arrived} {
-		select { // a stale signal from an earlier burst
-		case <-ch:
-		default:
-		}
+	select { // a stale signal from an earlier linger
+	case <-c.arrived:
+	default:
 	}
 	c.mu.Lock()
-	n := len(c.queue)
+	c.lingering = true
+	full := len(c.queue) >= c.maxBatch
 	c.mu.Unlock()
-	if n >= c.maxBatch {
+	defer func() {
+		c.mu.Lock()
+		c.lingering = false
+		c.mu.Unlock()
+	}()
+	if full {
 		return
 	}
 	deadline := time.NewTimer(c.linger)
 	defer deadline.Stop()
-	lull := time.NewTimer(c.lull)
-	defer lull.Stop()
+	var lullC <-chan time.Time // nil without a lull
+	var lull *time.Timer
+	if c.lull < c.linger {
+		lull = time.NewTimer(c.lull)
+		defer lull.Stop()
+		lullC = lull.C
+	}
 	for {
 		select {
 		case <-deadline.C:
 			return
-		case <-c.full:
-			return
-		case <-lull.C:
+		case <-lullC:
 			return
 		case <-c.arrived:
-			lull.Reset(c.lull)
+			c.mu.Lock()
+			full := len(c.queue) >= c.maxBatch
+			c.mu.Unlock()
+			if full {
+				return
+			}
+			if lull != nil {
+				lull.Reset(c.lull)
+			}
 		}
 	}
 }
