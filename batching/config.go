@@ -25,7 +25,8 @@ const (
 	DefaultFlushTimeout = 10 * time.Second
 )
 
-// Config configures a Handler or Consume. The zero value is the defaults.
+// Config configures a Handler, a Subscriber or Consume. The zero value is
+// the defaults.
 type Config struct {
 	// MaxSize is the number of members at which a batch is closed and
 	// handed to the handler at once. Defaults to DefaultMaxSize (100).
@@ -52,13 +53,15 @@ type Config struct {
 	// twice. Defaults to false: Close flushes open batches.
 	NackOnClose bool
 
-	// FlushTimeout bounds Consume's final flush after its context is done:
-	// the last batches run with a context that is not cancelled until
-	// FlushTimeout has passed. Handler.Close is bounded by its own context
-	// instead. Defaults to DefaultFlushTimeout (10s).
+	// FlushTimeout bounds the final flush of Consume after its context is
+	// done, and of a Subscriber's subscription after it is closed: the last
+	// batches run with a context that is not cancelled until FlushTimeout
+	// has passed. Handler.Close is bounded by its own context instead.
+	// Defaults to DefaultFlushTimeout (10s).
 	FlushTimeout time.Duration
 
-	// Logger receives handler panics and, in Consume, batch failures.
+	// Logger receives handler panics and, in Consume, batch failures (a
+	// router logs a Subscriber's).
 	// Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 

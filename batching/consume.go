@@ -28,7 +28,13 @@ func Consume(ctx context.Context, msgs <-chan *message.Message, cfg Config, fn B
 		return err
 	}
 	b.logFailures = true
+	return b.consume(ctx, msgs)
+}
 
+// consume is Consume's loop, shared with Subscriber: it adds every message
+// of msgs to its batch until ctx is done or msgs is closed, then closes b,
+// bounding the final flush with FlushTimeout.
+func (b *batcher) consume(ctx context.Context, msgs <-chan *message.Message) error {
 	var stop error
 	for stop == nil {
 		if err := ctx.Err(); err != nil {

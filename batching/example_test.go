@@ -60,6 +60,53 @@ func ExampleHandler() {
 	// batch of 5
 }
 
+// A Subscriber in a Watermill router: the router gets one message per
+// batch, and HandlerFunc hands its members to the BatchFunc. Closing the
+// router closes the Subscriber, which flushes the open batch to the router
+// first.
+func ExampleSubscriber() {
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
+
+	var (
+		mu    sync.Mutex
+		total int
+		done  = make(chan struct{})
+	)
+	insertRows := func(ctx context.Context, msgs []*message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		total += len(msgs)
+		fmt.Printf("batch of %d\n", len(msgs)) // one INSERT … VALUES (…), (…), …
+		if total == 10 {
+			close(done)
+		}
+		return nil
+	}
+	sub, err := batching.NewSubscriber(pubSub, batching.Config{MaxSize: 5, MaxWait: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		panic(err)
+	}
+	router.AddConsumerHandler("rows", "rows", sub, batching.HandlerFunc(insertRows))
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	for i := range 10 {
+		_ = pubSub.Publish("rows", message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i))))
+	}
+	<-done
+
+	_ = router.Close() // closes sub, which closes pubSub
+	// Output:
+	// batch of 5
+	// batch of 5
+}
+
 // Consume reads a Subscribe channel and acks or nacks each member itself.
 // A PartialError names the members that failed.
 func ExampleConsume() {

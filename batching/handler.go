@@ -23,6 +23,10 @@ import (
 // One Handler may serve several router handlers (and so several topics or
 // listeners); a batch then mixes their messages, and each is counted against
 // its own listener.
+//
+// Every message a Handler holds keeps a router goroutine parked in Handle.
+// For large batches or a slow BatchFunc, a Subscriber, which gives the
+// router one message per batch, holds the same messages in less memory.
 type Handler struct {
 	b *batcher
 }

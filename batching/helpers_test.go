@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -185,4 +186,60 @@ func handleAsync(h interface{ Handle(*message.Message) error }, m *message.Messa
 	out := make(chan error, 1)
 	go func() { out <- h.Handle(m) }()
 	return out
+}
+
+// forms are the three ways to run a BatchFunc over a subscriber:
+// a router with a Handler, Consume, and a router over a Subscriber.
+var forms = []string{"router", "consume", "batches"}
+
+// startForm runs fn over sub's topic in form and returns the function
+// that stops it and closes sub.
+func startForm(t *testing.T, form string, sub message.Subscriber, topic string, cfg batching.Config, fn batching.BatchFunc) (stop func()) {
+	t.Helper()
+	switch form {
+	case "consume":
+		ctx, cancel := context.WithCancel(context.Background())
+		msgs, err := sub.Subscribe(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumed := make(chan error, 1)
+		go func() { consumed <- batching.Consume(ctx, msgs, cfg, fn) }()
+		return func() {
+			cancel()
+			<-consumed
+			_ = sub.Close()
+		}
+	case "router", "batches":
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h *batching.Handler
+		if form == "router" {
+			if h, err = batching.NewHandler(cfg, fn); err != nil {
+				t.Fatal(err)
+			}
+			router.AddConsumerHandler("batch", topic, sub, h.Handle)
+		} else {
+			bs, err := batching.NewSubscriber(sub, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			router.AddConsumerHandler("batch", topic, bs, batching.HandlerFunc(fn))
+		}
+		runErr := make(chan error, 1)
+		go func() { runErr <- router.Run(context.Background()) }()
+		<-router.Running()
+		return func() {
+			_ = router.Close()
+			<-runErr
+			if h != nil {
+				_ = h.Close(context.Background())
+			}
+			_ = sub.Close()
+		}
+	}
+	t.Fatalf("unknown form %q", form)
+	return nil
 }

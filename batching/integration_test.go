@@ -27,11 +27,12 @@ import (
 // message is handled exactly once (ledger), and the counts, the table and
 // the error table end empty.
 func TestBackPressureOverPostgres(t *testing.T) {
-	t.Run("router", func(t *testing.T) { testBackPressureOverPostgres(t, false) })
-	t.Run("consume", func(t *testing.T) { testBackPressureOverPostgres(t, true) })
+	for _, form := range forms {
+		t.Run(form, func(t *testing.T) { testBackPressureOverPostgres(t, form) })
+	}
 }
 
-func testBackPressureOverPostgres(t *testing.T, consume bool) {
+func testBackPressureOverPostgres(t *testing.T, form string) {
 	const (
 		total        = 400
 		maxQueue     = 40
@@ -106,41 +107,11 @@ func testBackPressureOverPostgres(t *testing.T, consume bool) {
 	}
 	cfg := batching.Config{MaxSize: 10, MaxWait: 20 * time.Millisecond}
 
-	if consume {
-		ctx, cancel := context.WithCancel(context.Background())
-		msgs, err := sub.Subscribe(ctx, topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		consumed := make(chan error, 1)
-		go func() { consumed <- batching.Consume(ctx, msgs, cfg, fn) }()
-		defer func() {
-			close(tokens)
-			cancel()
-			<-consumed
-			_ = sub.Close()
-		}()
-	} else {
-		h, err := batching.NewHandler(cfg, fn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		router.AddConsumerHandler("batch", topic, sub, h.Handle)
-		runErr := make(chan error, 1)
-		go func() { runErr <- router.Run(context.Background()) }()
-		<-router.Running()
-		defer func() {
-			close(tokens) // let whatever is still blocked finish
-			_ = router.Close()
-			<-runErr
-			_ = h.Close(context.Background())
-			_ = sub.Close()
-		}()
-	}
+	stop := startForm(t, form, sub, topic, cfg, fn)
+	defer func() {
+		close(tokens) // let whatever is still blocked finish
+		stop()
+	}()
 
 	var l *transport.Listener
 	eventually(t, "the listener", func() bool {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -239,24 +238,24 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		settled(m.UUID, false)
 		return nil
 	})
-	audit, err := batching.NewHandler(batching.Config{MaxSize: o.batchSize, MaxWait: 100 * time.Millisecond}, func(_ context.Context, msgs []*message.Message) error {
-		st.batches.Add(1)
-		st.batched.Add(int64(len(msgs)))
-		return nil
-	})
+	// The audit events go to a batch handler: the router gets one message
+	// per batch from a batching.Subscriber, and closing the router closes
+	// it (flushing its open batch first).
+	audit, err := batching.NewSubscriber(sub, batching.Config{MaxSize: o.batchSize, MaxWait: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	router.AddConsumerHandler("audit", o.topic+"_audit", sub, audit.Handle)
+	router.AddConsumerHandler("audit", o.topic+"_audit", audit, batching.HandlerFunc(func(_ context.Context, msgs []*message.Message) error {
+		st.batches.Add(1)
+		st.batched.Add(int64(len(msgs)))
+		return nil
+	}))
 	routerErr := make(chan error, 1)
 	go func() { routerErr <- router.Run(ctx) }()
 	select {
 	case <-router.Running():
 	case err := <-routerErr:
 		_ = router.Close() // stops the router's own watcher goroutine
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer ccancel()
-		_ = audit.Close(cctx)
 		return err
 	}
 
@@ -313,15 +312,10 @@ loop:
 	cancel()
 	<-pubDone
 	final := states()
-	// Close the router before the batch handler: its running Handle calls
-	// end with their batches.
+	// Closing the router closes the audit batching.Subscriber, which hands
+	// its open batch to the router before the subscription ends.
 	_ = router.Close()
 	<-routerErr
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer ccancel()
-	if err := audit.Close(cctx); err != nil && !errors.Is(err, context.Canceled) {
-		result = errors.Join(result, fmt.Errorf("batch handler: %w", err))
-	}
 	printProgress(stdout, st, final, elapsed)
 	printSummary(stdout, o, st, final, elapsed, healthURL)
 	return result

@@ -19,8 +19,9 @@ var (
 	profile = flag.String("membench.heapprofile", "", "prefix of heap profiles to write (one per run)")
 )
 
-// BenchmarkBatchingMemory runs the flood with accounting on and off, under a
-// Watermill router and under batching.Consume, at -membench.scale of the
+// BenchmarkBatchingMemory runs the flood with accounting on and off, in each
+// Form (a router with a batching.Handler, batching.Consume, a router over a
+// batching.Subscriber), at -membench.scale of the
 // full 200,000 messages (0.05 by default; 1 for the documented run, which
 // takes about eight minutes):
 //
@@ -37,9 +38,9 @@ func BenchmarkBatchingMemory(b *testing.B) {
 	// larger for good (the runtime never frees the g structs of its
 	// goroutines), which would inflate the heap target of later runs.
 	for _, acct := range []string{"on", "off"} {
-		for _, mode := range []string{"router", "consume"} {
-			b.Run(mode+"/accounting-"+acct, func(b *testing.B) {
-				cfg := membench.Config{Messages: n, Consume: mode == "consume", IgnoreBatchPending: acct == "off", Dir: b.TempDir()}
+		for _, mode := range []membench.Form{membench.FormRouter, membench.FormConsume, membench.FormBatches} {
+			b.Run(string(mode)+"/accounting-"+acct, func(b *testing.B) {
+				cfg := membench.Config{Messages: n, Form: mode, IgnoreBatchPending: acct == "off", Dir: b.TempDir()}
 				if *profile != "" {
 					cfg.HeapProfile = fmt.Sprintf("%s-%s-%s.pprof", *profile, mode, acct)
 				}

@@ -50,16 +50,16 @@ func TestExactBytesPerHeldMessage(t *testing.T) {
 		runtime.MemProfileRate = 1
 		defer func() { runtime.MemProfileRate = 512 << 10 }()
 	}
-	for _, mode := range []string{"router", "consume"} {
-		t.Run(mode, func(t *testing.T) {
-			per := exactRun(t, mode == "consume", *exactHeld)
+	for _, mode := range []Form{FormRouter, FormConsume, FormBatches} {
+		t.Run(string(mode), func(t *testing.T) {
+			per := exactRun(t, mode, *exactHeld)
 			t.Logf("%s: %.0f bytes per held message (%.2f× the %d-byte payload)",
 				mode, per, per/DefaultPayloadSize, DefaultPayloadSize)
 		})
 	}
 }
 
-func exactRun(t *testing.T, consume bool, n int) float64 {
+func exactRun(t *testing.T, form Form, n int) float64 {
 	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "queue.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -103,13 +103,10 @@ func exactRun(t *testing.T, consume bool, n int) float64 {
 		return nil
 	}
 
-	mode := "router"
-	if consume {
-		mode = "consume"
-	}
+	mode := string(form)
 	before := exactLive()
 	exactWriteProfile(t, mode, "base")
-	stop, err := startConsumer(context.Background(), consume, sub, topic, batching.Config{FlushTimeout: time.Second}, fn)
+	stop, err := startConsumer(context.Background(), form, sub, topic, batching.Config{FlushTimeout: time.Second}, fn)
 	if err != nil {
 		t.Fatal(err)
 	}

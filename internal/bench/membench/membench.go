@@ -55,7 +55,7 @@ func init() {
 		Name: ScenarioName,
 		Description: "200,000 messages of 4 KiB flood a batch handler 10× slower than arrivals over SQLite; " +
 			"heap and RSS over time with batch-pending accounting on, then off (benchmode.IgnoreBatchPending), " +
-			"under a Watermill router and under batching.Consume",
+			"under a Watermill router (a batching.Handler; a batching.Subscriber) and under batching.Consume",
 		Run: scenario,
 	})
 }
@@ -99,10 +99,12 @@ type Config struct {
 	// down. Default to DefaultHeapCap (2 GiB) and DefaultRSSCap (4 GiB).
 	HeapCap uint64
 	RSSCap  uint64
-	// Consume hands the subscription to batching.Consume instead of a
-	// Watermill router with a batching.Handler. Defaults to false: the
-	// router.
-	Consume bool
+	// Form is how the batch handler consumes the subscription: FormRouter
+	// (a Watermill router with a batching.Handler), FormConsume
+	// (batching.Consume) or FormBatches (a Watermill router over a
+	// batching.Subscriber with batching.HandlerFunc). Defaults to
+	// FormRouter.
+	Form Form
 	// SampleInterval is the memory sampling period. Defaults to
 	// DefaultSampleInterval (100ms).
 	SampleInterval time.Duration
@@ -118,6 +120,16 @@ type Config struct {
 	// once per sample. Defaults to nil.
 	Progress func(fraction float64, status string)
 }
+
+// Form is a way to run a batch handler over a subscription.
+type Form string
+
+// The forms of Config.Form.
+const (
+	FormRouter  Form = "router"
+	FormConsume Form = "consume"
+	FormBatches Form = "batches"
+)
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
@@ -157,6 +169,9 @@ func (c Config) WithDefaults() Config {
 	if c.Dir == "" {
 		c.Dir = os.TempDir()
 	}
+	if c.Form == "" {
+		c.Form = FormRouter
+	}
 	return c
 }
 
@@ -189,6 +204,11 @@ func (c Config) Validate() error {
 	if d.SampleInterval < 0 {
 		errs = append(errs, fmt.Errorf("SampleInterval: must be > 0, got %s", c.SampleInterval))
 	}
+	switch d.Form {
+	case FormRouter, FormConsume, FormBatches:
+	default:
+		errs = append(errs, fmt.Errorf("Form: must be %q, %q or %q, got %q", FormRouter, FormConsume, FormBatches, c.Form))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
 	}
@@ -216,10 +236,12 @@ func scenario(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 		cfg    Config
 		lo, hi float64 // share of the progress bar (runs without accounting are shorter)
 	}{
-		{Config{Messages: n}, 0, 0.32},
-		{Config{Messages: n, Consume: true}, 0.32, 0.64},
-		{Config{Messages: n, IgnoreBatchPending: true}, 0.64, 0.82},
-		{Config{Messages: n, IgnoreBatchPending: true, Consume: true}, 0.82, 1},
+		{Config{Messages: n}, 0, 0.2},
+		{Config{Messages: n, Form: FormConsume}, 0.2, 0.4},
+		{Config{Messages: n, Form: FormBatches}, 0.4, 0.6},
+		{Config{Messages: n, IgnoreBatchPending: true}, 0.6, 0.73},
+		{Config{Messages: n, IgnoreBatchPending: true, Form: FormConsume}, 0.73, 0.86},
+		{Config{Messages: n, IgnoreBatchPending: true, Form: FormBatches}, 0.86, 1},
 	}
 	var results []bench.Result
 	for _, r := range runs {
@@ -229,7 +251,7 @@ func scenario(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 		}
 		res, err := Run(ctx, r.cfg)
 		if err != nil {
-			return results, fmt.Errorf("membench: run with IgnoreBatchPending=%v Consume=%v: %w", r.cfg.IgnoreBatchPending, r.cfg.Consume, err)
+			return results, fmt.Errorf("membench: run with IgnoreBatchPending=%v Form=%s: %w", r.cfg.IgnoreBatchPending, r.cfg.Form, err)
 		}
 		results = append(results, res)
 	}
@@ -360,8 +382,8 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 		return nil
 	}
 	bcfg := batching.Config{MaxSize: cfg.BatchSize, FlushTimeout: time.Second}
-	if cfg.Consume {
-		strategy += "-consume"
+	if cfg.Form != FormRouter {
+		strategy += "-" + string(cfg.Form)
 	}
 	// The backlog, before the consumer starts and before the baseline.
 	var published atomic.Int64
@@ -379,7 +401,7 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	base := rd.read()
 
 	start := time.Now()
-	stopConsumer, err := startConsumer(ctx, cfg.Consume, sub, topic, bcfg, fn)
+	stopConsumer, err := startConsumer(ctx, cfg.Form, sub, topic, bcfg, fn)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -526,12 +548,12 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	return res, nil
 }
 
-// startConsumer starts a router with a batching.Handler (or Consume) on
-// topic and returns the function that stops it: the router (or Consume)
-// stops taking messages while the batching stage ends its batches (running
-// ones cancelled after a second, waiting ones nacked).
-func startConsumer(ctx context.Context, consume bool, sub message.Subscriber, topic string, bcfg batching.Config, fn batching.BatchFunc) (stop func(), err error) {
-	if consume {
+// startConsumer starts the batch handler in form on topic and returns the
+// function that stops it: the router (or Consume) stops taking messages
+// while the batching stage ends its batches (running ones cancelled after a
+// second, waiting ones nacked). With FormBatches the router closes sub.
+func startConsumer(ctx context.Context, form Form, sub message.Subscriber, topic string, bcfg batching.Config, fn batching.BatchFunc) (stop func(), err error) {
+	if form == FormConsume {
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		msgs, err := sub.Subscribe(cctx, topic)
 		if err != nil {
@@ -545,28 +567,41 @@ func startConsumer(ctx context.Context, consume bool, sub message.Subscriber, to
 		}()
 		return func() { cancel(); <-done }, nil
 	}
-	h, err := batching.NewHandler(bcfg, fn)
-	if err != nil {
-		return nil, fmt.Errorf("membench: %w", err)
-	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Minute}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("membench: %w", err)
 	}
-	router.AddConsumerHandler("membench", topic, sub, h.Handle)
+	var h *batching.Handler
+	if form == FormBatches {
+		bs, err := batching.NewSubscriber(sub, bcfg)
+		if err != nil {
+			return nil, fmt.Errorf("membench: %w", err)
+		}
+		router.AddConsumerHandler("membench", topic, bs, batching.HandlerFunc(fn))
+	} else {
+		if h, err = batching.NewHandler(bcfg, fn); err != nil {
+			return nil, fmt.Errorf("membench: %w", err)
+		}
+		router.AddConsumerHandler("membench", topic, sub, h.Handle)
+	}
+	closeHandler := func(ctx context.Context) {
+		if h != nil {
+			_ = h.Close(ctx)
+		}
+	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- router.Run(context.WithoutCancel(ctx)) }()
 	select {
 	case <-router.Running():
 	case err := <-runErr:
-		_ = h.Close(context.Background())
+		closeHandler(context.Background())
 		return nil, fmt.Errorf("membench: router: %w", err)
 	}
 	return func() {
 		routerClosed := make(chan error, 1)
 		go func() { routerClosed <- router.Close() }()
 		hctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = h.Close(hctx)
+		closeHandler(hctx)
 		cancel()
 		<-routerClosed
 		<-runErr
