@@ -125,6 +125,18 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	return nil
 }
 
+// ListenerStates returns the wrapped subscriber's listener states, if it
+// reports them (a Berth subscriber does), so the Subscriber can be given to
+// package health in its place; nil otherwise.
+func (s *Subscriber) ListenerStates() []transport.ListenerState {
+	if ls, ok := s.sub.(interface {
+		ListenerStates() []transport.ListenerState
+	}); ok {
+		return ls.ListenerStates()
+	}
+	return nil
+}
+
 // Close ends every subscription (see Subscriber) and closes the wrapped
 // subscriber. It is idempotent, safe to call concurrently, and returns when
 // everything has stopped.

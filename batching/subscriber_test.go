@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/mem"
 )
 
 // batchesRun is one run of a Subscriber and HandlerFunc in a Watermill
@@ -420,5 +421,30 @@ func TestNewSubscriberBadInput(t *testing.T) {
 	}
 	if _, err := s.Subscribe(context.Background(), "topic"); !errors.Is(err, transport.ErrClosed) {
 		t.Errorf("Subscribe after Close: %v, want ErrClosed", err)
+	}
+	if got := s.ListenerStates(); got != nil {
+		t.Errorf("ListenerStates over GoChannel = %v, want nil", got)
+	}
+}
+
+// TestSubscriberReportsListenerStates: over a Berth subscriber, the
+// Subscriber reports its listeners, so package health can take it.
+func TestSubscriberReportsListenerStates(t *testing.T) {
+	broker := mem.NewBroker()
+	inner, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := batching.NewSubscriber(inner, batching.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Subscribe(context.Background(), "topic"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "one listener", func() bool { return len(s.ListenerStates()) == 1 })
+	if got, want := s.ListenerStates()[0].Name, inner.ListenerStates()[0].Name; got != want {
+		t.Errorf("listener %q, want %q", got, want)
 	}
 }
