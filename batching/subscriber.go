@@ -14,8 +14,8 @@ import (
 )
 
 // ErrBatchNacked is the outcome of the members of a batch that a router
-// nacked although its handler had not failed them: a middleware failed it,
-// or it was nacked before the handler ran.
+// nacked although the last call of its BatchFunc had not failed them: a
+// middleware failed it, or it was nacked before the BatchFunc ran.
 var ErrBatchNacked = errors.New("batching: batch nacked")
 
 // A Subscriber hands a Watermill router whole batches instead of single
@@ -41,8 +41,9 @@ var ErrBatchNacked = errors.New("batching: batch nacked")
 // of them), and members that succeeded are acked when the batch ends. When
 // the router acks the batch message, every member is acked. When it nacks
 // it, the members that failed in the last call are nacked with their own
-// errors and the others acked; if the handler never failed any (a middleware
-// failed the batch), all are nacked with ErrBatchNacked. So nothing is acked
+// errors and the others acked; if the last call failed none (a middleware
+// failed the batch after it, or the BatchFunc never ran), all are nacked
+// with ErrBatchNacked. So nothing is acked
 // that the handler did not succeed on or the router did not ack. Middleware
 // that republishes the message itself (a poison queue) sees an empty
 // payload; a Berth subscriber dead-letters members by their own attempts.
