@@ -101,7 +101,8 @@ func ExampleSubscriber() {
 	}
 	<-done
 
-	_ = router.Close() // closes sub, which closes pubSub
+	_ = router.Close() // starts closing sub, which closes pubSub
+	_ = sub.Close()    // waits until that is done
 	// Output:
 	// batch of 5
 	// batch of 5

@@ -215,15 +215,17 @@ func startForm(t *testing.T, form string, sub message.Subscriber, topic string, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		var h *batching.Handler
+		var (
+			h  *batching.Handler
+			bs *batching.Subscriber
+		)
 		if form == "router" {
 			if h, err = batching.NewHandler(cfg, fn); err != nil {
 				t.Fatal(err)
 			}
 			router.AddConsumerHandler("batch", topic, sub, h.Handle)
 		} else {
-			bs, err := batching.NewSubscriber(sub, cfg)
-			if err != nil {
+			if bs, err = batching.NewSubscriber(sub, cfg); err != nil {
 				t.Fatal(err)
 			}
 			router.AddConsumerHandler("batch", topic, bs, batching.HandlerFunc(fn))
@@ -236,6 +238,9 @@ func startForm(t *testing.T, form string, sub message.Subscriber, topic string, 
 			<-runErr
 			if h != nil {
 				_ = h.Close(context.Background())
+			}
+			if bs != nil {
+				_ = bs.Close() // the router started it; this waits for it
 			}
 			_ = sub.Close()
 		}

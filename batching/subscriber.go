@@ -54,6 +54,11 @@ var ErrBatchNacked = errors.New("batching: batch nacked")
 // ack or nack the batches it was given, then closes the wrapped subscriber.
 // A batch the router has not settled by then is given up on: its members
 // are nacked, and the context of its BatchFunc call is cancelled.
+//
+// Router.Close starts Close but can return before it has: call Close
+// after Router.Close to wait until the wrapped subscriber has settled every
+// member at the broker (Close is idempotent; a second call waits for the
+// first).
 type Subscriber struct {
 	sub message.Subscriber
 	cfg Config

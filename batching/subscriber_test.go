@@ -28,6 +28,7 @@ import (
 // keeps them live while it drains (DrainTimeout).
 type batchesRun struct {
 	pubSub    *gochannel.GoChannel
+	sub       *batching.Subscriber
 	router    *message.Router
 	clock     *fakeClock
 	runErr    chan error
@@ -62,7 +63,7 @@ func startBatches(t *testing.T, cfg batching.Config, fn batching.BatchFunc, mws 
 	if cfg.Clock == nil {
 		cfg.Clock = r.clock
 	}
-	sub, err := batching.NewSubscriber(tracked, cfg)
+	r.sub, err = batching.NewSubscriber(tracked, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func startBatches(t *testing.T, cfg batching.Config, fn batching.BatchFunc, mws 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := r.router.AddConsumerHandler("batch", "topic", sub, batching.HandlerFunc(fn))
+	h := r.router.AddConsumerHandler("batch", "topic", r.sub, batching.HandlerFunc(fn))
 	count := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			r.calls.Add(1)
@@ -129,6 +130,9 @@ func (r *batchesRun) stop(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := <-r.runErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sub.Close(); err != nil { // started by the router; waits for it
 		t.Fatal(err)
 	}
 }
@@ -446,5 +450,63 @@ func TestSubscriberReportsListenerStates(t *testing.T) {
 	eventually(t, "one listener", func() bool { return len(s.ListenerStates()) == 1 })
 	if got, want := s.ListenerStates()[0].Name, inner.ListenerStates()[0].Name; got != want {
 		t.Errorf("listener %q, want %q", got, want)
+	}
+}
+
+// TestSubscriberCloseFlushesOverBerth: over a Berth subscriber, closing the
+// router with a batch open (the router cancels the subscription as it
+// closes) still hands that batch to the router: every member is handled
+// once and acked at the broker, nothing is left leased or ready.
+func TestSubscriberCloseFlushesOverBerth(t *testing.T) {
+	broker := mem.NewBroker()
+	topic := "flush-" + watermill.NewShortUUID()
+	broker.Ensure(topic, "")
+	inner, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := batching.NewSubscriber(inner, batching.Config{MaxSize: 100, MaxWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddConsumerHandler("batch", topic, sub, batching.HandlerFunc(rec.fn))
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(context.Background()) }()
+	<-router.Running()
+
+	want := payloads(7, func(i int) string { return fmt.Sprint(i) })
+	for _, p := range want {
+		broker.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(p)))
+	}
+	eventually(t, "seven members held", func() bool {
+		ls := sub.ListenerStates()
+		return len(ls) == 1 && ls[0].BatchPending == 7
+	})
+	if err := router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	// The router's Close starts the Subscriber's and may return first;
+	// this one waits until the wrapped subscriber has settled everything.
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.Batches()
+	if len(got) != 1 {
+		t.Fatalf("batches = %v, want one", got)
+	}
+	slices.Sort(got[0])
+	if fmt.Sprint(got[0]) != fmt.Sprint(want) {
+		t.Fatalf("batch = %v, want %v", got[0], want)
+	}
+	if st := broker.Stats(topic, ""); st != (mem.Stats{}) {
+		t.Errorf("broker %+v after close, want everything acked", st)
 	}
 }

@@ -312,10 +312,12 @@ loop:
 	cancel()
 	<-pubDone
 	final := states()
-	// Closing the router closes the audit batching.Subscriber, which hands
-	// its open batch to the router before the subscription ends.
+	// Closing the router starts closing the audit batching.Subscriber,
+	// which hands its open batch to the router before the subscription
+	// ends; its own Close waits until that is done.
 	_ = router.Close()
 	<-routerErr
+	_ = audit.Close()
 	printProgress(stdout, st, final, elapsed)
 	printSummary(stdout, o, st, final, elapsed, healthURL)
 	return result

@@ -571,10 +571,12 @@ func startConsumer(ctx context.Context, form Form, sub message.Subscriber, topic
 	if err != nil {
 		return nil, fmt.Errorf("membench: %w", err)
 	}
-	var h *batching.Handler
+	var (
+		h  *batching.Handler
+		bs *batching.Subscriber
+	)
 	if form == FormBatches {
-		bs, err := batching.NewSubscriber(sub, bcfg)
-		if err != nil {
+		if bs, err = batching.NewSubscriber(sub, bcfg); err != nil {
 			return nil, fmt.Errorf("membench: %w", err)
 		}
 		router.AddConsumerHandler("membench", topic, bs, batching.HandlerFunc(fn))
@@ -587,6 +589,9 @@ func startConsumer(ctx context.Context, form Form, sub message.Subscriber, topic
 	closeHandler := func(ctx context.Context) {
 		if h != nil {
 			_ = h.Close(ctx)
+		}
+		if bs != nil {
+			_ = bs.Close() // the router started it; this waits for it
 		}
 	}
 	runErr := make(chan error, 1)
