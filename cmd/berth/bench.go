@@ -26,6 +26,7 @@ const (
 	metricThroughput = "msg_per_s"
 	metricRoundTrips = "round_trips_per_msg"
 	seriesHeap       = "heap_inuse_bytes" // as internal/bench/membench records it
+	seriesRSS        = "rss_bytes"
 )
 
 // resultsFile is what bench writes into --out.
@@ -224,8 +225,8 @@ func chartFile(scenario, kind string) string {
 }
 
 // writeCharts draws, per scenario, a grouped bar chart of each bar metric
-// present (groups: instance counts; bars: strategies) and a line chart of
-// heap over time when any result has that series. It returns the files
+// present (groups: instance counts; bars: strategies) and line charts of
+// heap in use and of RSS over time when any result has those series. It returns the files
 // written, sorted.
 func writeCharts(dir string, rs []bench.Result) ([]string, error) {
 	byScenario := map[string][]bench.Result{}
@@ -253,9 +254,15 @@ func writeCharts(dir string, rs []bench.Result) ([]string, error) {
 				}
 			}
 		}
-		if c, ok := heapChart(sc, list); ok {
-			if err := write(chartFile(sc, "heap"), c); err != nil {
-				return nil, err
+		for _, m := range []struct{ key, kind, title, y string }{
+			{seriesHeap, "heap", "heap in use over time", "heap in use (MiB)"},
+			{seriesRSS, "rss", "resident set over time", "RSS (MiB)"},
+		} {
+			if c, ok := seriesChart(sc, list, m.key); ok {
+				c.Title, c.YLabel = sc+": "+m.title, m.y
+				if err := write(chartFile(sc, m.kind), c); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -303,10 +310,12 @@ func barChart(sc string, rs []bench.Result, key string) (chart.Bars, bool) {
 	return c, true
 }
 
-func heapChart(sc string, rs []bench.Result) (chart.Lines, bool) {
-	c := chart.Lines{Title: sc + ": heap over time", XLabel: "seconds", YLabel: "heap (MiB)"}
+// seriesChart draws one line per result that has the series key (bytes),
+// in MiB against seconds.
+func seriesChart(sc string, rs []bench.Result, key string) (chart.Lines, bool) {
+	c := chart.Lines{XLabel: "seconds"}
 	for _, r := range rs {
-		pts := r.Series[seriesHeap]
+		pts := r.Series[key]
 		if len(pts) == 0 {
 			continue
 		}

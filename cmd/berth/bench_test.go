@@ -24,7 +24,10 @@ func init() {
 					rs = append(rs, bench.Result{
 						Strategy: s, Instances: n, Messages: 1000 * n, Duration: time.Second,
 						Metrics: map[string]float64{"msg_per_s": float64(1000*n) * env.Scale, "round_trips_per_msg": 0.5},
-						Series:  map[string][]bench.Point{"heap_inuse_bytes": {{At: 0, Value: 1 << 20}, {At: time.Second, Value: 3 << 20}}},
+						Series: map[string][]bench.Point{
+							"heap_inuse_bytes": {{At: 0, Value: 1 << 20}, {At: time.Second, Value: 3 << 20}},
+							"rss_bytes":        {{At: 0, Value: 8 << 20}, {At: time.Second, Value: 9 << 20}},
+						},
 					})
 				}
 			}
@@ -57,7 +60,7 @@ func TestBenchWritesResultsAndCharts(t *testing.T) {
 	if len(f.Results) != 6 || f.Results[0].Scenario != "test/fake" || f.Scale != 0.5 {
 		t.Fatalf("results.json: %+v", f)
 	}
-	for _, name := range []string{"test-fake-throughput.svg", "test-fake-round-trips.svg", "test-fake-heap.svg"} {
+	for _, name := range []string{"test-fake-throughput.svg", "test-fake-round-trips.svg", "test-fake-heap.svg", "test-fake-rss.svg"} {
 		svg, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
