@@ -234,15 +234,23 @@ func (b *batcher) run(bt *batch) {
 	b.settle(ms, err)
 }
 
-// call runs the BatchFunc, turning a panic into an error.
-func (b *batcher) call(msgs []*message.Message) (err error) {
+// call runs the BatchFunc, turning a panic into an error that it logs.
+func (b *batcher) call(msgs []*message.Message) error {
+	err, panicked := callBatchFunc(b.fn, b.ctx, msgs)
+	if panicked {
+		b.cfg.Logger.Error("Batch func panicked", err, watermill.LogFields{"batch_size": len(msgs)})
+	}
+	return err
+}
+
+// callBatchFunc calls fn, turning a panic into an error.
+func callBatchFunc(fn BatchFunc, ctx context.Context, msgs []*message.Message) (err error, panicked bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("batching: batch func panicked: %v", r)
-			b.cfg.Logger.Error("Batch func panicked", err, watermill.LogFields{"batch_size": len(msgs)})
+			err, panicked = fmt.Errorf("batching: batch func panicked: %v", r), true
 		}
 	}()
-	return b.fn(b.ctx, msgs)
+	return fn(ctx, msgs), false
 }
 
 // settle delivers the batch's outcome to every member.

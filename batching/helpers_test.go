@@ -3,11 +3,13 @@ package batching_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/batching"
@@ -247,4 +249,111 @@ func startForm(t *testing.T, form string, sub message.Subscriber, topic string, 
 	}
 	t.Fatalf("unknown form %q", form)
 	return nil
+}
+
+// gochannelRun is what the router tests over GoChannel share: the pub/sub,
+// a router, a pending counter that remembers its peak, and every message
+// delivered, each with a tracker on that counter as a Berth receiver
+// attaches it.
+type gochannelRun struct {
+	pubSub    *gochannel.GoChannel
+	router    *message.Router
+	clock     *fakeClock
+	runErr    chan error
+	pending   *transport.Pending
+	peak      atomic.Int64
+	mu        sync.Mutex
+	delivered []*message.Message
+}
+
+func newGochannelRun(t *testing.T) *gochannelRun {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	r := &gochannelRun{pubSub: gochannel.NewGoChannel(gochannel.Config{}, logger), clock: newFakeClock(), runErr: make(chan error, 1)}
+	r.pending = transport.NewPending(func() {
+		for n := int64(r.pending.Load()); ; {
+			p := r.peak.Load()
+			if n <= p || r.peak.CompareAndSwap(p, n) {
+				return
+			}
+		}
+	})
+	var err error
+	if r.router, err = message.NewRouter(message.RouterConfig{}, logger); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// track attaches a tracker to m and records it, for a subscriber
+// decorator. With detach, m's context no longer ends with GoChannel's
+// subscription (see batchesRun).
+func (r *gochannelRun) track(detach bool) func(m *message.Message) {
+	return func(m *message.Message) {
+		ctx := m.Context()
+		if detach {
+			ctx = context.WithoutCancel(ctx)
+		}
+		m.SetContext(transport.WithTracker(ctx, transport.NewTracker(r.pending, nil)))
+		r.mu.Lock()
+		r.delivered = append(r.delivered, m)
+		r.mu.Unlock()
+	}
+}
+
+// run starts the router and waits until it runs.
+func (r *gochannelRun) run() {
+	go func() { r.runErr <- r.router.Run(context.Background()) }()
+	<-r.router.Running()
+}
+
+func (r *gochannelRun) publish(t *testing.T, payloads ...string) {
+	t.Helper()
+	for _, p := range payloads {
+		if err := r.pubSub.Publish("topic", message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// settled reports whether n deliveries happened and each was acked or nacked.
+func (r *gochannelRun) settled(n int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.delivered) != n {
+		return false
+	}
+	for _, m := range r.delivered {
+		if outcome(m) == "none" {
+			return false
+		}
+	}
+	return true
+}
+
+// outcomes counts acks and nacks per payload.
+func (r *gochannelRun) outcomes() (acks, nacks map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	acks, nacks = map[string]int{}, map[string]int{}
+	for _, m := range r.delivered {
+		switch outcome(m) {
+		case "ack":
+			acks[string(m.Payload)]++
+		case "nack":
+			nacks[string(m.Payload)]++
+		}
+	}
+	return acks, nacks
+}
+
+// stopRouter closes the router and waits for Run to return.
+func (r *gochannelRun) stopRouter(t *testing.T) {
+	t.Helper()
+	if err := r.router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-r.runErr; err != nil {
+		t.Fatal(err)
+	}
 }

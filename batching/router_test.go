@@ -24,99 +24,28 @@ import (
 // message, as a Berth receiver does, so the test also sees the pending count
 // through the router.
 type routerRun struct {
-	pubSub    *gochannel.GoChannel
-	router    *message.Router
-	handler   *batching.Handler
-	clock     *fakeClock
-	runErr    chan error
-	pending   *transport.Pending
-	peak      atomic.Int64
-	mu        sync.Mutex
-	delivered []*message.Message
+	*gochannelRun
+	handler *batching.Handler
 }
 
 func startRouter(t *testing.T, cfg batching.Config, fn batching.BatchFunc) *routerRun {
 	t.Helper()
-	logger := watermill.NopLogger{}
-	r := &routerRun{pubSub: gochannel.NewGoChannel(gochannel.Config{}, logger), clock: newFakeClock(), runErr: make(chan error, 1)}
-	r.pending = transport.NewPending(func() {
-		for n := int64(r.pending.Load()); ; {
-			p := r.peak.Load()
-			if n <= p || r.peak.CompareAndSwap(p, n) {
-				return
-			}
-		}
-	})
+	r := &routerRun{gochannelRun: newGochannelRun(t)}
 	cfg.Clock = r.clock
 	h, err := batching.NewHandler(cfg, fn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.handler = h
-	r.router, err = message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.router.AddSubscriberDecorators(message.MessageTransformSubscriberDecorator(func(m *message.Message) {
-		m.SetContext(transport.WithTracker(m.Context(), transport.NewTracker(r.pending, nil)))
-		r.mu.Lock()
-		r.delivered = append(r.delivered, m)
-		r.mu.Unlock()
-	}))
+	r.router.AddSubscriberDecorators(message.MessageTransformSubscriberDecorator(r.track(false)))
 	r.router.AddConsumerHandler("batch", "topic", r.pubSub, h.Handle)
-	go func() { r.runErr <- r.router.Run(context.Background()) }()
-	<-r.router.Running()
+	r.run()
 	return r
-}
-
-func (r *routerRun) publish(t *testing.T, payloads ...string) {
-	t.Helper()
-	for _, p := range payloads {
-		if err := r.pubSub.Publish("topic", message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// settled reports whether n deliveries happened and each was acked or nacked.
-func (r *routerRun) settled(n int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.delivered) != n {
-		return false
-	}
-	for _, m := range r.delivered {
-		if outcome(m) == "none" {
-			return false
-		}
-	}
-	return true
-}
-
-// outcomes counts acks and nacks per payload.
-func (r *routerRun) outcomes() (acks, nacks map[string]int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	acks, nacks = map[string]int{}, map[string]int{}
-	for _, m := range r.delivered {
-		switch outcome(m) {
-		case "ack":
-			acks[string(m.Payload)]++
-		case "nack":
-			nacks[string(m.Payload)]++
-		}
-	}
-	return acks, nacks
 }
 
 func (r *routerRun) stop(t *testing.T) {
 	t.Helper()
-	if err := r.router.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-r.runErr; err != nil {
-		t.Fatal(err)
-	}
+	r.stopRouter(t)
 	if err := r.handler.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -173,25 +173,17 @@ func HandlerFunc(fn BatchFunc) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		e, _ := msg.Context().Value(batchKey{}).(*batchMessage)
 		if e == nil {
-			return callBatchFunc(fn, msg.Context(), []*message.Message{msg})
+			err, _ := callBatchFunc(fn, msg.Context(), []*message.Message{msg})
+			return err
 		}
 		msgs, err := e.begin()
 		if err != nil {
 			return err
 		}
-		err = callBatchFunc(fn, msg.Context(), msgs)
+		err, _ = callBatchFunc(fn, msg.Context(), msgs)
 		clear(msgs)
 		return e.record(err)
 	}
-}
-
-func callBatchFunc(fn BatchFunc, ctx context.Context, msgs []*message.Message) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("batching: batch func panicked: %v", r)
-		}
-	}()
-	return fn(ctx, msgs)
 }
 
 type batchKey struct{}

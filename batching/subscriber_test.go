@@ -27,48 +27,22 @@ import (
 // which cancels them as soon as the router closes: a Berth subscriber
 // keeps them live while it drains (DrainTimeout).
 type batchesRun struct {
-	pubSub    *gochannel.GoChannel
-	sub       *batching.Subscriber
-	router    *message.Router
-	clock     *fakeClock
-	runErr    chan error
-	pending   *transport.Pending
-	peak      atomic.Int64
-	calls     atomic.Int64 // router handler calls: one per batch (and retry)
-	mu        sync.Mutex
-	delivered []*message.Message
+	*gochannelRun
+	sub   *batching.Subscriber
+	calls atomic.Int64 // router handler calls: one per batch (and retry)
 }
 
 func startBatches(t *testing.T, cfg batching.Config, fn batching.BatchFunc, mws ...message.HandlerMiddleware) *batchesRun {
 	t.Helper()
-	logger := watermill.NopLogger{}
-	r := &batchesRun{pubSub: gochannel.NewGoChannel(gochannel.Config{}, logger), clock: newFakeClock(), runErr: make(chan error, 1)}
-	r.pending = transport.NewPending(func() {
-		for n := int64(r.pending.Load()); ; {
-			p := r.peak.Load()
-			if n <= p || r.peak.CompareAndSwap(p, n) {
-				return
-			}
-		}
-	})
-	tracked, err := message.MessageTransformSubscriberDecorator(func(m *message.Message) {
-		m.SetContext(transport.WithTracker(context.WithoutCancel(m.Context()), transport.NewTracker(r.pending, nil)))
-		r.mu.Lock()
-		r.delivered = append(r.delivered, m)
-		r.mu.Unlock()
-	})(r.pubSub)
+	r := &batchesRun{gochannelRun: newGochannelRun(t)}
+	tracked, err := message.MessageTransformSubscriberDecorator(r.track(true))(r.pubSub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = r.clock
 	}
-	r.sub, err = batching.NewSubscriber(tracked, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.router, err = message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
+	if r.sub, err = batching.NewSubscriber(tracked, cfg); err != nil {
 		t.Fatal(err)
 	}
 	h := r.router.AddConsumerHandler("batch", "topic", r.sub, batching.HandlerFunc(fn))
@@ -79,59 +53,15 @@ func startBatches(t *testing.T, cfg batching.Config, fn batching.BatchFunc, mws 
 		}
 	}
 	h.AddMiddleware(append(mws, count)...)
-	go func() { r.runErr <- r.router.Run(context.Background()) }()
-	<-r.router.Running()
+	r.run()
 	return r
 }
 
-func (r *batchesRun) publish(t *testing.T, payloads ...string) {
-	t.Helper()
-	for _, p := range payloads {
-		if err := r.pubSub.Publish("topic", message.NewMessage(watermill.NewUUID(), []byte(p))); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (r *batchesRun) settled(n int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.delivered) != n {
-		return false
-	}
-	for _, m := range r.delivered {
-		if outcome(m) == "none" {
-			return false
-		}
-	}
-	return true
-}
-
-func (r *batchesRun) outcomes() (acks, nacks map[string]int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	acks, nacks = map[string]int{}, map[string]int{}
-	for _, m := range r.delivered {
-		switch outcome(m) {
-		case "ack":
-			acks[string(m.Payload)]++
-		case "nack":
-			nacks[string(m.Payload)]++
-		}
-	}
-	return acks, nacks
-}
-
 // stop closes the router, which closes the Subscriber and through it
-// GoChannel.
+// GoChannel, and waits for the Subscriber's Close.
 func (r *batchesRun) stop(t *testing.T) {
 	t.Helper()
-	if err := r.router.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-r.runErr; err != nil {
-		t.Fatal(err)
-	}
+	r.stopRouter(t)
 	if err := r.sub.Close(); err != nil { // started by the router; waits for it
 		t.Fatal(err)
 	}
