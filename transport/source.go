@@ -138,6 +138,11 @@ var (
 	// ErrMessageTooLarge is returned when a payload exceeds the
 	// transport's limit.
 	ErrMessageTooLarge = errors.New("berth: message too large")
+
+	// ErrInvalidMessage is returned when a message cannot be stored as it
+	// is (a UUID longer than the transport's column holds); the error says
+	// which limit.
+	ErrInvalidMessage = errors.New("berth: invalid message")
 )
 
 // Metadata keys the pipeline sets on every delivered message.

@@ -189,6 +189,11 @@ func (c SubscriberConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("SettleBatch: must be from 1 to 1000, got %d", c.SettleBatch))
 	}
 	errs = append(errs, validateTables(c.Tables)...)
+	if c.Dialect != nil {
+		if err := nameLimits(c.Dialect, "", c.ConsumerGroup); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
 	}

@@ -80,6 +80,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) > 0 && msgs[0].Context() != nil {
 		ctx = context.WithoutCancel(msgs[0].Context())
 	}
+	if err := checkNames(p.e.d, topic, ""); err != nil {
+		return fmt.Errorf("sqlqueue: publish to %.40q: %w", topic, err)
+	}
+	for _, m := range msgs {
+		if err := checkUUID(p.e.d, m.UUID); err != nil {
+			return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
+		}
+	}
 	rows, err := p.rows(msgs)
 	if err != nil || len(rows) == 0 {
 		return err

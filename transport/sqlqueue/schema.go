@@ -126,6 +126,9 @@ func (e *engine) ensureShared(ctx context.Context) error {
 // ensureQueue creates q's table (unless ManualSchema) and, with subscribe,
 // records the subscription, once per engine.
 func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error {
+	if err := checkNames(e.d, q.Topic, q.Group); err != nil {
+		return err
+	}
 	if err := e.ensureShared(ctx); err != nil {
 		return err
 	}

@@ -2,9 +2,9 @@ package sqlserver
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -24,10 +24,11 @@ const (
 	// statement as sp_executesql, whose own @stmt and @params take two of
 	// them.
 	MaxParams = 2100 - 2
-	// MaxRowsPerInsert is how many rows one INSERT carries: five
-	// parameters per row (uuid, headers, body, delay, time-to-live) within
-	// MaxParams. A table value constructor allows 1,000 rows; this is less.
-	MaxRowsPerInsert = MaxParams / insertParams
+	// MaxRowsPerInsert is how many rows one INSERT carries. The rows travel
+	// as one JSON document in one nvarchar(max) parameter, so the bound is
+	// not the parameter limit but the size of one statement: a publish of
+	// more rows is split into several statements in one transaction.
+	MaxRowsPerInsert = 1000
 	// MaxDuration is the longest delay, time-to-live, lease or fetch
 	// timeout the dialect encodes; longer ones are clamped to it. DATEADD
 	// takes an int, so durations travel as whole milliseconds (bigint) and
@@ -42,24 +43,48 @@ const (
 	maxLockKey = 255
 )
 
-const insertParams = 5
+// Column limits, in UTF-16 code units as nvarchar(n) counts them. The
+// engine checks them in Go (Dialect.Limits).
+const (
+	// MaxUUIDLength is the longest message UUID (uuid nvarchar(255)).
+	MaxUUIDLength = 255
+	// MaxTopicLength is the longest topic (topic nvarchar(255)).
+	MaxTopicLength = 255
+	// MaxConsumerGroupLength is the longest consumer group
+	// (consumer_group nvarchar(128)).
+	MaxConsumerGroupLength = 128
+)
 
 // Dialect is the SQL Server (T-SQL) dialect: every statement of the
 // transport on SQL Server is in this file. It implements
 // sqlqueue.Dialect, sqlqueue.SessionChecker and
 // sqlqueue.MissingTableClassifier. The zero value is ready to use.
 //
+// # Plan reuse
+//
 // Statements with arguments reach the server through sp_executesql with
 // positional parameters @p1, @p2, … (go-mssqldb names the i-th argument
-// @p<i>), so their text is constant for a given shape and SQL Server
-// caches one plan per statement.
+// @p<i>). SQL Server keys a cached plan on the statement text and on the
+// parameter declaration list, and go-mssqldb declares a Go string as
+// nvarchar(<its length>) and a []byte as varbinary(<its length>): a plan
+// per length. So every argument here has a declaration that does not
+// depend on its value: integers are int64 (bigint), strings are
+// mssql.NVarCharMax (nvarchar(max)), and no statement binds a []byte —
+// Insert sends its rows, bodies base64-encoded, as one nvarchar(max) JSON
+// document that OPENJSON … WITH (body varbinary(max)) decodes. Each
+// statement's text is constant too (ids travel as JSON, never as a
+// variable-length list), so each has one plan.
 type Dialect struct{}
 
 var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.SessionChecker         = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
+	_ sqlqueue.Limiter                = Dialect{}
 )
+
+// nv declares s as nvarchar(max), whatever its length (see Plan reuse).
+func nv(s string) mssql.NVarCharMax { return mssql.NVarCharMax(s) }
 
 func st(sql string, args ...any) sqlqueue.Stmt { return sqlqueue.Stmt{SQL: sql, Args: args} }
 
@@ -87,33 +112,51 @@ func after(p string) string {
 }
 
 // The head of every batch: no row-count messages, and one consistent
-// "now" (the server's UTC clock, at the columns' precision).
+// "now" (the server's UTC clock, at the columns' precision). Claims and
+// sweeps also set READ COMMITTED themselves: READPAST needs it, and a
+// pooled connection may have been left at another level (the setting is
+// scoped to the sp_executesql call).
 const (
-	head    = "SET NOCOUNT ON;\n"
-	headNow = head + "DECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
+	head        = "SET NOCOUNT ON;\n"
+	headNow     = head + "DECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
+	headLocking = head + "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nDECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
 )
 
+// Limits implements sqlqueue.Limiter: the nvarchar columns' lengths, in
+// UTF-16 code units.
+func (Dialect) Limits() sqlqueue.Limits {
+	return sqlqueue.Limits{UUID: MaxUUIDLength, Topic: MaxTopicLength, ConsumerGroup: MaxConsumerGroupLength, Length: utf16Len}
+}
+
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r >= 0x10000 {
+			n++ // a surrogate pair
+		}
+	}
+	return n
+}
+
 // Lock implements sqlqueue.Dialect with sp_getapplock owned by the
-// transaction: released at commit or rollback. Keys longer than
-// sp_getapplock's 255 characters are shortened with a hash.
+// transaction: released at commit or rollback. App locks are per
+// database, so the resource names the effective schema (SCHEMA_NAME(), the
+// user's default schema when the tables are unqualified), as PostgreSQL's
+// names current_schema(): two deployments in different default schemas do
+// not share locks. Resources longer than sp_getapplock's 255 characters
+// keep their first 222 and end with ":" and 32 hex digits of their
+// SHA-256.
 func (Dialect) Lock(key string, wait bool) sqlqueue.Stmt {
 	timeout := "0"
 	if wait {
 		timeout = "-1"
 	}
-	return st(head+`DECLARE @r int;
-EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = `+timeout+`;
-SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`, lockKey(key))
-}
-
-func lockKey(key string) string {
-	k := "berth:" + key
-	if len(k) <= maxLockKey {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	h := hex.EncodeToString(sum[:16])
-	return k[:maxLockKey-len(h)-1] + ":" + h
+	return st(head+`DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = `+timeout+`;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`, nv(key))
 }
 
 // VersionTable implements sqlqueue.Dialect. With a schema set it also
@@ -174,14 +217,93 @@ CREATE TABLE ` + n.Errors + ` (
 )`),
 		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(n.Errors) + `) AND name = ` + literal(errIdx) + `)
 CREATE INDEX ` + d.QuoteIdent(errIdx) + ` ON ` + n.Errors + ` (queue_table, failed_at)`),
+	}}, {Version: 2, Stmts: []sqlqueue.Stmt{
+		// Queue tables made by version 1 get the expiry index, the lease
+		// index with state included, and OPTIMIZE_FOR_SEQUENTIAL_KEY
+		// (upgradeQueue). Every subscribed queue table is visited; one
+		// created by a publisher alone is upgraded by CreateQueue at its
+		// next use.
+		st(head + `DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
+WHILE 1 = 1
+BEGIN
+	SET @name = NULL;
+	SELECT TOP (1) @name = s.queue_table FROM ` + n.Subscriptions + ` AS s
+	WHERE NOT EXISTS (SELECT 1 FROM @done AS d WHERE d.name = s.queue_table)
+	ORDER BY s.queue_table;
+	IF @name IS NULL BREAK;
+	INSERT INTO @done (name) VALUES (@name);
+	SET @t = ` + schemaPrefix(d, n.Schema) + `QUOTENAME(@name);
+` + upgradeQueue + `END;`),
 	}}}
 }
 
+// schemaPrefix is the T-SQL expression that qualifies a table name in
+// schema ("" for the default schema).
+func schemaPrefix(d Dialect, schema string) string {
+	if schema == "" {
+		return ""
+	}
+	return literal(d.QuoteIdent(schema)+".") + " + "
+}
+
+// The queue table's indexes beside the pending one, as their column lists
+// and filters (shared by CreateQueue and the version 2 upgrade).
+const (
+	// leasedIndex serves the sweeper (Recover, DeadLetterExpired and the
+	// stray-row check): it includes every column their predicates read, so
+	// rows they skip are filtered in the index, before any key lookup takes
+	// a lock.
+	leasedIndex = "(lease_until) INCLUDE (attempts, state) WHERE state > 0"
+	// expiryIndex lets DropExpired seek the pending rows that have a
+	// time-to-live instead of reading the backlog.
+	expiryIndex = "(expires_at) WHERE state = 0 AND expires_at IS NOT NULL"
+)
+
+// upgradeQueue brings the queue table @t (quoted, qualified; unquoted name
+// @name; @sql declared) to the current index set, idempotently: it
+// creates the expiry index, rebuilds a lease index that lacks the state
+// column, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on for every index where
+// the server has it (SQL Server 2019+, Azure SQL Database and Managed
+// Instance; 2016 and 2017 refuse the option, hence dynamic SQL). Index
+// builds are ONLINE on the editions that allow it (Enterprise and
+// Developer, Azure).
+const upgradeQueue = `IF OBJECT_ID(@t, N'U') IS NOT NULL
+BEGIN
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' ` + expiryIndex + `'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' ` + leasedIndex + `'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	BEGIN
+		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	END;
+END;
+`
+
 // CreateQueue implements sqlqueue.Dialect. The filtered index on pending
 // rows is the claim path: a claimed row leaves it, so concurrent claims
-// never scan past other instances' claimed rows. The second filtered index
-// serves the sweeper. The primary key is left unnamed: constraint names
-// share a namespace with table names in a schema.
+// never scan past other instances' claimed rows. The lease index serves
+// the sweeper, the expiry index DropExpired. The primary key is left
+// unnamed: constraint names share a namespace with table names in a
+// schema. The last statement (upgradeQueue) also upgrades a table an
+// earlier version made, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on where the
+// server has it: the identity key and the time-ordered indexes all insert
+// at their last page.
 func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	pending, leased := q.Name+"_pending", q.Name+"_leased"
 	return []sqlqueue.Stmt{
@@ -202,7 +324,9 @@ CREATE TABLE ` + q.Table + ` (
 		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
 CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` (due_at, id) INCLUDE (expires_at) WHERE state = 0`),
 		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
-CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` (lease_until) INCLUDE (attempts) WHERE state > 0`),
+CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` ` + leasedIndex),
+		st(head + `DECLARE @name nvarchar(128) = ` + literal(q.Name) + `, @t nvarchar(300) = ` + literal(q.Table) + `, @sql nvarchar(max);
+` + upgradeQueue),
 	}
 }
 
@@ -212,45 +336,73 @@ CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` (lease_until) INCLU
 func (Dialect) Subscribe(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
 	return st(head+`IF NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WITH (UPDLOCK, HOLDLOCK) WHERE topic = @p1 AND consumer_group = @p2)
 INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES (@p1, @p2, @p3);`,
-		q.Topic, q.Group, q.Name)
+		nv(q.Topic), nv(q.Group), nv(q.Name))
 }
 
 // Subscriptions implements sqlqueue.Dialect.
 func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
-	return st(head+`SELECT queue_table FROM `+n.Subscriptions+` WHERE topic = @p1 ORDER BY consumer_group;`, topic)
+	return st(head+`SELECT queue_table FROM `+n.Subscriptions+` WHERE topic = @p1 ORDER BY consumer_group;`, nv(topic))
 }
 
-// Insert implements sqlqueue.Dialect: one INSERT … SELECT from a table
-// value constructor per MaxRowsPerInsert rows. The row number n orders the
-// SELECT, so identity values (and so delivery order) follow the order of
-// rows; due and expiry times are computed once, on the server's clock.
+// Insert implements sqlqueue.Dialect: one INSERT … SELECT per
+// MaxRowsPerInsert rows, its rows one JSON document in one nvarchar(max)
+// parameter (see Plan reuse): OPENJSON reads them back, decoding each
+// base64 body into varbinary(max). The row number n orders the SELECT, so
+// identity values (and so delivery order) follow the order of rows; due
+// and expiry times are computed once, on the server's clock.
+//
+// The price of one plan is the encoding: a body crosses the wire as base64
+// in UTF-16, 2.67 bytes per byte (a 1 KiB body is 2,736 bytes).
 func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
 	var out []sqlqueue.Stmt
 	for start := 0; start < len(rows); start += MaxRowsPerInsert {
 		chunk := rows[start:min(start+MaxRowsPerInsert, len(rows))]
-		var b strings.Builder
-		b.WriteString(headNow)
-		b.WriteString("INSERT INTO " + q.Table + " (uuid, headers, body, due_at, expires_at)\n")
-		b.WriteString("SELECT v.uuid, v.headers, v.body, " + after("v.delay_ms") + ",\n")
-		b.WriteString("\tCASE WHEN v.ttl_ms > 0 THEN " + after("v.ttl_ms") + " END\n")
-		b.WriteString("FROM (VALUES")
-		args := make([]any, 0, len(chunk)*insertParams)
-		for i, r := range chunk {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			p := len(args)
-			fmt.Fprintf(&b, "\n\t(%d, @p%d, @p%d, @p%d, @p%d, @p%d)", i+1, p+1, p+2, p+3, p+4, p+5)
-			body := r.Body
-			if body == nil {
-				body = []byte{} // nil would bind NULL
-			}
-			args = append(args, r.UUID, string(r.Headers), body, ms(r.Delay), ms(r.TTL))
-		}
-		b.WriteString("\n) AS v (n, uuid, headers, body, delay_ms, ttl_ms)\nORDER BY v.n;")
-		out = append(out, st(b.String(), args...))
+		out = append(out, st(headNow+`INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at)
+SELECT v.uuid, v.headers, v.body, `+after("v.delay_ms")+`,
+	CASE WHEN v.ttl_ms > 0 THEN `+after("v.ttl_ms")+` END
+FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t') AS v
+ORDER BY v.n;`, nv(rowsJSON(chunk))))
 	}
 	return out
+}
+
+// rowsJSON encodes rows as the JSON array Insert reads: n (1-based
+// order), u (uuid), h (headers, a string), b (body, base64), d (delay)
+// and t (time-to-live) in milliseconds.
+func rowsJSON(rows []sqlqueue.InsertRow) string {
+	size := 2
+	for _, r := range rows {
+		size += 64 + len(r.UUID) + 2*len(r.Headers) + base64.StdEncoding.EncodedLen(len(r.Body))
+	}
+	b := make([]byte, 0, size)
+	b = append(b, '[')
+	for i, r := range rows {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"n":`...)
+		b = strconv.AppendInt(b, int64(i+1), 10)
+		b = append(b, `,"u":`...)
+		b = appendJSONString(b, r.UUID)
+		b = append(b, `,"h":`...)
+		b = appendJSONString(b, string(r.Headers))
+		b = append(b, `,"b":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.Body)
+		b = append(b, `","d":`...)
+		b = strconv.AppendInt(b, ms(r.Delay), 10)
+		b = append(b, `,"t":`...)
+		b = strconv.AppendInt(b, ms(r.TTL), 10)
+		b = append(b, '}')
+	}
+	return string(append(b, ']'))
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json writes it (and as an nvarchar column would
+// store it).
+func appendJSONString(b []byte, s string) []byte {
+	v, _ := json.Marshal(s) // a string always marshals
+	return append(b, v...)
 }
 
 // Claim implements sqlqueue.Dialect. The CTE picks the n oldest due
@@ -260,11 +412,16 @@ func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.St
 // locking one even where READ_COMMITTED_SNAPSHOT is on (a versioned read
 // could hand the same row to two claims). Rows come back through OUTPUT …
 // INTO a table variable, which works on tables with triggers.
+//
+// The plan is pinned: INDEX and FORCESEEK make it a seek on the pending
+// index whatever the optimizer guesses for @now (a local variable) or
+// sniffs for TOP (@p1) at the first compile, which may happen on an empty,
+// just-created table.
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
 WITH c AS (
 	SELECT TOP (@p1) id, uuid, headers, body, attempts, state, owner, lease_until
-	FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	FROM `+q.Table+` WITH (INDEX(`+Dialect{}.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 	WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)
 	ORDER BY due_at, id
 )
@@ -304,7 +461,7 @@ OUTPUT inserted.id, inserted.attempts INTO @t
 FROM `+q.Table+` AS q WITH (ROWLOCK)
 INNER JOIN `+refsTable+`
 WHERE q.state = 1;
-SELECT id, attempts FROM @t;`, refsJSON(refs), ms(lease))
+SELECT id, attempts FROM @t;`, nv(refsJSON(refs)), ms(lease))
 }
 
 // Complete implements sqlqueue.Dialect.
@@ -315,7 +472,7 @@ OUTPUT deleted.id INTO @t
 FROM `+q.Table+` AS q WITH (ROWLOCK)
 INNER JOIN `+refsTable+`
 WHERE q.state = 2;
-SELECT id FROM @t;`, refsJSON(refs))
+SELECT id FROM @t;`, nv(refsJSON(refs)))
 }
 
 // Renew implements sqlqueue.Dialect.
@@ -326,7 +483,7 @@ OUTPUT inserted.id INTO @t
 FROM `+q.Table+` AS q WITH (ROWLOCK)
 INNER JOIN `+refsTable+`
 WHERE q.state = 2;
-SELECT id FROM @t;`, refsJSON(refs), ms(lease))
+SELECT id FROM @t;`, nv(refsJSON(refs)), ms(lease))
 }
 
 // Retry implements sqlqueue.Dialect; each ref carries its own delay.
@@ -352,7 +509,7 @@ OUTPUT inserted.id INTO @t
 FROM `+q.Table+` AS q WITH (ROWLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
 WHERE q.state = 2;
-SELECT id FROM @t;`, string(b))
+SELECT id FROM @t;`, nv(string(b)))
 }
 
 // Release implements sqlqueue.Dialect.
@@ -363,7 +520,7 @@ OUTPUT inserted.id INTO @t
 FROM `+q.Table+` AS q WITH (ROWLOCK)
 INNER JOIN `+refsTable+`
 WHERE q.state = 1;
-SELECT id FROM @t;`, refsJSON(refs))
+SELECT id FROM @t;`, nv(refsJSON(refs)))
 }
 
 // moved is the table variable DeadLetter and DeadLetterExpired delete
@@ -390,14 +547,14 @@ func (Dialect) DeadLetter(n sqlqueue.Names, q sqlqueue.Queue, ref sqlqueue.Ref, 
 DELETE FROM `+q.Table+` WITH (ROWLOCK)
 OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
 WHERE id = @p1 AND owner = @p2 AND state IN (1, 2);
-`+copyToErrors(n.Errors, "@p3", "@p4"), ref.ID, ref.Owner, q.Name, reason)}
+`+copyToErrors(n.Errors, "@p3", "@p4"), ref.ID, ref.Owner, nv(q.Name), nv(reason))}
 }
 
 // Recover implements sqlqueue.Dialect. "state > 0" repeats the lease
 // index's filter so the optimizer can match it. maxAttempts <= 0 (retry
 // forever) is sent as the largest int.
 func (Dialect) Recover(q sqlqueue.Queue, maxAttempts, limit int) sqlqueue.Stmt {
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE TOP (@p1) `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 SET state = 0, owner = NULL, lease_until = NULL
 OUTPUT inserted.id INTO @t
@@ -415,20 +572,22 @@ func attemptsCap(maxAttempts int) int64 {
 // DeadLetterExpired implements sqlqueue.Dialect: one batch, atomic on its
 // own (see DeadLetter).
 func (Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
-	return []sqlqueue.Stmt{st(headNow+`SET XACT_ABORT ON;
+	return []sqlqueue.Stmt{st(headLocking+`SET XACT_ABORT ON;
 `+deadLetterVar+`BEGIN TRANSACTION;
 DELETE TOP (@p1) FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
 WHERE state > 0 AND lease_until <= @now AND state = 2 AND attempts >= @p2;
-`+copyToErrors(n.Errors, "@p3", "@p4"), int64(limit), attemptsCap(maxAttempts), q.Name, reason)}
+`+copyToErrors(n.Errors, "@p3", "@p4"), int64(limit), attemptsCap(maxAttempts), nv(q.Name), nv(reason))}
 }
 
-// DropExpired implements sqlqueue.Dialect.
+// DropExpired implements sqlqueue.Dialect. Its predicate matches the
+// expiry index's filter, so it seeks the pending rows that have a
+// time-to-live instead of reading the backlog.
 func (Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
 DELETE TOP (@p1) FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 OUTPUT deleted.id INTO @t
-WHERE state = 0 AND expires_at <= @now;
+WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= @now;
 SELECT id FROM @t;`, int64(limit))
 }
 

@@ -1,6 +1,7 @@
 package sqlserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,28 +40,29 @@ func TestStatementsGolden(t *testing.T) {
 		want  []string
 		wantA [][]any
 	}{
-		{"Lock wait", one(d.Lock("app.berth_schema", true)), []string{goldenLock}, [][]any{{"berth:app.berth_schema"}}},
-		{"Lock try", one(d.Lock("app.berth_sweep:x", false)), []string{goldenTryLock}, [][]any{{"berth:app.berth_sweep:x"}}},
+		{"Lock wait", one(d.Lock("app.berth_schema", true)), []string{goldenLock}, [][]any{{nv("app.berth_schema")}}},
+		{"Lock try", one(d.Lock("app.berth_sweep:x", false)), []string{goldenTryLock}, [][]any{{nv("app.berth_sweep:x")}}},
 		{"VersionTable", d.VersionTable(n), []string{goldenCreateSchema, goldenVersionTable}, [][]any{nil, nil}},
 		{"SchemaVersion", one(d.SchemaVersion(n)), []string{goldenSchemaVersion}, [][]any{nil}},
 		{"SetSchemaVersion", one(d.SetSchemaVersion(n, 1)), []string{goldenSetSchemaVersion}, [][]any{nil}},
 		{"Migrations", d.Migrations(n)[0].Stmts, []string{goldenSubscriptions, goldenErrors, goldenErrorsIndex}, [][]any{nil, nil, nil}},
-		{"CreateQueue", d.CreateQueue(q), []string{goldenQueueTable, goldenPendingIndex, goldenLeasedIndex}, [][]any{nil, nil, nil}},
-		{"Subscribe", one(d.Subscribe(n, q)), []string{goldenSubscribe}, [][]any{{"orders", "billing", "berth_q_orders__billing"}}},
-		{"Subscriptions", one(d.Subscriptions(n, "orders")), []string{goldenSelectSubscriptions}, [][]any{{"orders"}}},
+		{"Migration 2", d.Migrations(n)[1].Stmts, []string{goldenUpgradeQueues}, [][]any{nil}},
+		{"CreateQueue", d.CreateQueue(q), []string{goldenQueueTable, goldenPendingIndex, goldenLeasedIndex, goldenUpgradeQueue}, [][]any{nil, nil, nil, nil}},
+		{"Subscribe", one(d.Subscribe(n, q)), []string{goldenSubscribe}, [][]any{{nv("orders"), nv("billing"), nv("berth_q_orders__billing")}}},
+		{"Subscriptions", one(d.Subscriptions(n, "orders")), []string{goldenSelectSubscriptions}, [][]any{{nv("orders")}}},
 		{"Insert", d.Insert(q, []sqlqueue.InsertRow{
 			{UUID: "a", Headers: []byte(`{}`), Body: []byte("x")},
 			{UUID: "b", Headers: []byte(`{"k":"v"}`), Delay: 1500 * time.Millisecond, TTL: time.Hour},
-		}), []string{goldenInsert2}, [][]any{{"a", "{}", []byte("x"), int64(0), int64(0), "b", `{"k":"v"}`, []byte{}, int64(1500), int64(3600000)}}},
+		}), []string{goldenInsert2}, [][]any{{nv(`[{"n":1,"u":"a","h":"{}","b":"eA==","d":0,"t":0},{"n":2,"u":"b","h":"{\"k\":\"v\"}","b":"","d":1500,"t":3600000}]`)}}},
 		{"Claim", one(d.Claim(q, 42, 10, time.Minute)), []string{goldenClaim}, [][]any{{int64(10), int64(42), int64(60000)}}},
-		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{refsArg, int64(30000)}}},
-		{"Complete", one(d.Complete(q, testRefs)), []string{goldenComplete}, [][]any{{refsArg}}},
-		{"Renew", one(d.Renew(q, testRefs, 30*time.Second)), []string{goldenRenew}, [][]any{{refsArg, int64(30000)}}},
-		{"Retry", one(d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0], Delay: 100 * time.Millisecond}})), []string{goldenRetry}, [][]any{{`[{"id":7,"owner":42,"delay_ms":100}]`}}},
-		{"Release", one(d.Release(q, testRefs)), []string{goldenRelease}, [][]any{{refsArg}}},
-		{"DeadLetter", d.DeadLetter(n, q, testRefs[0], "boom"), []string{goldenDeadLetter}, [][]any{{int64(7), int64(42), "berth_q_orders__billing", "boom"}}},
+		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{nv(refsArg), int64(30000)}}},
+		{"Complete", one(d.Complete(q, testRefs)), []string{goldenComplete}, [][]any{{nv(refsArg)}}},
+		{"Renew", one(d.Renew(q, testRefs, 30*time.Second)), []string{goldenRenew}, [][]any{{nv(refsArg), int64(30000)}}},
+		{"Retry", one(d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0], Delay: 100 * time.Millisecond}})), []string{goldenRetry}, [][]any{{nv(`[{"id":7,"owner":42,"delay_ms":100}]`)}}},
+		{"Release", one(d.Release(q, testRefs)), []string{goldenRelease}, [][]any{{nv(refsArg)}}},
+		{"DeadLetter", d.DeadLetter(n, q, testRefs[0], "boom"), []string{goldenDeadLetter}, [][]any{{int64(7), int64(42), nv("berth_q_orders__billing"), nv("boom")}}},
 		{"Recover", one(d.Recover(q, 10, 1000)), []string{goldenRecover}, [][]any{{int64(1000), int64(10)}}},
-		{"DeadLetterExpired", d.DeadLetterExpired(n, q, 10, "expired", 1000), []string{goldenDeadLetterExpired}, [][]any{{int64(1000), int64(10), "berth_q_orders__billing", "expired"}}},
+		{"DeadLetterExpired", d.DeadLetterExpired(n, q, 10, "expired", 1000), []string{goldenDeadLetterExpired}, [][]any{{int64(1000), int64(10), nv("berth_q_orders__billing"), nv("expired")}}},
 		{"DropExpired", one(d.DropExpired(q, 1000)), []string{goldenDropExpired}, [][]any{{int64(1000)}}},
 	}
 	for _, c := range cases {
@@ -205,14 +207,37 @@ func TestQuoting(t *testing.T) {
 	}
 }
 
-// TestInsertSplitsAtParameterLimit checks that inserts stay within
-// sp_executesql's parameter budget and the 1,000-row table value
-// constructor limit, and that rows keep their order across statements.
-func TestInsertSplitsAtParameterLimit(t *testing.T) {
-	if MaxRowsPerInsert != 419 || MaxRowsPerInsert*insertParams > MaxParams {
-		t.Fatalf("MaxRowsPerInsert = %d", MaxRowsPerInsert)
+// insertedRow is one row of Insert's JSON document.
+type insertedRow struct {
+	N       int    `json:"n"`
+	UUID    string `json:"u"`
+	Headers string `json:"h"`
+	Body    []byte `json:"b"` // base64, as OPENJSON's varbinary(max) reads it
+	DelayMS int64  `json:"d"`
+	TTLMS   int64  `json:"t"`
+}
+
+func insertedRows(t *testing.T, st sqlqueue.Stmt) []insertedRow {
+	t.Helper()
+	if len(st.Args) != 1 {
+		t.Fatalf("insert has %d args, want one JSON document", len(st.Args))
 	}
-	for _, c := range []struct{ rows, stmts int }{{1, 1}, {418, 1}, {419, 1}, {420, 2}, {838, 2}, {839, 3}, {1000, 3}, {5000, 12}} {
+	doc, ok := st.Args[0].(mssql.NVarCharMax)
+	if !ok {
+		t.Fatalf("insert arg is %T, want mssql.NVarCharMax", st.Args[0])
+	}
+	var rows []insertedRow
+	if err := json.Unmarshal([]byte(doc), &rows); err != nil {
+		t.Fatalf("insert document: %v", err)
+	}
+	return rows
+}
+
+// TestInsertSplitsAndKeepsOrder checks that inserts carry at most
+// MaxRowsPerInsert rows each, that every statement has the same text, and
+// that rows keep their order across statements.
+func TestInsertSplitsAndKeepsOrder(t *testing.T) {
+	for _, c := range []struct{ rows, stmts int }{{1, 1}, {999, 1}, {1000, 1}, {1001, 2}, {5000, 5}} {
 		rows := make([]sqlqueue.InsertRow, c.rows)
 		for i := range rows {
 			rows[i] = sqlqueue.InsertRow{UUID: fmt.Sprint("m", i), Headers: []byte("{}"), Body: []byte{byte(i)}}
@@ -224,20 +249,16 @@ func TestInsertSplitsAtParameterLimit(t *testing.T) {
 		}
 		next := 0
 		for i, st := range sts {
-			if len(st.Args) > MaxParams || len(st.Args)%insertParams != 0 {
-				t.Errorf("%d rows, statement %d: %d args", c.rows, i, len(st.Args))
+			if st.SQL != sts[0].SQL {
+				t.Errorf("%d rows, statement %d: text differs from the first", c.rows, i)
 			}
-			k := len(st.Args) / insertParams
-			if k > 1000 {
-				t.Errorf("%d rows, statement %d: %d rows in VALUES", c.rows, i, k)
+			got := insertedRows(t, st)
+			if len(got) > MaxRowsPerInsert {
+				t.Errorf("%d rows, statement %d: %d rows", c.rows, i, len(got))
 			}
-			last := fmt.Sprintf("(%d, @p%d, @p%d, @p%d, @p%d, @p%d)\n) AS v", k, 5*k-4, 5*k-3, 5*k-2, 5*k-1, 5*k)
-			if !strings.Contains(st.SQL, last) {
-				t.Errorf("%d rows, statement %d: last row is not %q", c.rows, i, last)
-			}
-			for j := 0; j < len(st.Args); j += insertParams {
-				if want := fmt.Sprint("m", next); st.Args[j] != want {
-					t.Fatalf("%d rows, statement %d: row %d is %v, want %s", c.rows, i, j/insertParams, st.Args[j], want)
+			for j, r := range got {
+				if want := fmt.Sprint("m", next); r.UUID != want || r.N != j+1 || len(r.Body) != 1 || r.Body[0] != byte(next) {
+					t.Fatalf("%d rows, statement %d: row %d is %+v, want %s", c.rows, i, j, r, want)
 				}
 				next++
 			}
@@ -251,14 +272,25 @@ func TestInsertSplitsAtParameterLimit(t *testing.T) {
 	}
 }
 
-func TestInsertBindsEmptyBodyNotNull(t *testing.T) {
-	sts := Dialect{}.Insert(testQueue, []sqlqueue.InsertRow{{UUID: "a", Headers: []byte("{}")}})
-	body, ok := sts[0].Args[2].([]byte)
-	if !ok || body == nil {
-		t.Fatalf("body arg = %#v, want a non-nil empty []byte (nil binds NULL)", sts[0].Args[2])
+// TestInsertDocumentRoundTrips checks the JSON document for values that
+// need escaping: quotes and control characters in UUIDs and headers,
+// non-ASCII text, binary and empty bodies (an empty body is "", never
+// null: the column is NOT NULL).
+func TestInsertDocumentRoundTrips(t *testing.T) {
+	in := []sqlqueue.InsertRow{
+		{UUID: `a"b\c`, Headers: []byte(`{"k":"v \"q\" \u0001 ü 😀"}`), Body: []byte{0, 1, 2, 0xff}},
+		{UUID: "é", Headers: []byte(`{}`)},
+		{UUID: "x", Headers: []byte(`{}`), Body: bytes.Repeat([]byte("z"), 70000), Delay: 1500 * time.Millisecond, TTL: time.Hour},
 	}
-	if h, ok := sts[0].Args[1].(string); !ok || h != "{}" {
-		t.Fatalf("headers arg = %#v, want the string %q (nvarchar, not varbinary)", sts[0].Args[1], "{}")
+	got := insertedRows(t, Dialect{}.Insert(testQueue, in)[0])
+	for i, r := range in {
+		g := got[i]
+		if g.UUID != r.UUID || g.Headers != string(r.Headers) || !bytes.Equal(g.Body, r.Body) || g.DelayMS != ms(r.Delay) || g.TTLMS != ms(r.TTL) {
+			t.Errorf("row %d = %+v, want %+v", i, g, r)
+		}
+	}
+	if !strings.Contains(string(Dialect{}.Insert(testQueue, in[1:2])[0].Args[0].(mssql.NVarCharMax)), `"b":""`) {
+		t.Error("an empty body is not encoded as an empty string")
 	}
 }
 
@@ -289,8 +321,8 @@ func TestDurationEncoding(t *testing.T) {
 	}
 	// A delay past int32 milliseconds reaches the statement whole.
 	sts := Dialect{}.Insert(testQueue, []sqlqueue.InsertRow{{UUID: "a", Headers: []byte("{}"), Body: []byte{}, Delay: 40 * 24 * time.Hour}})
-	if got := sts[0].Args[3]; got != int64(40*24*3600*1000) {
-		t.Errorf("40-day delay arg = %v", got)
+	if got := insertedRows(t, sts[0])[0].DelayMS; got != int64(40*24*3600*1000) {
+		t.Errorf("40-day delay = %v", got)
 	}
 }
 
@@ -317,7 +349,7 @@ func TestRefsJSON(t *testing.T) {
 		Owner   int64 `json:"owner"`
 		DelayMS int64 `json:"delay_ms"`
 	}
-	if err := json.Unmarshal([]byte(st.Args[0].(string)), &rr); err != nil {
+	if err := json.Unmarshal([]byte(st.Args[0].(mssql.NVarCharMax)), &rr); err != nil {
 		t.Fatal(err)
 	}
 	if rr[0].DelayMS != 1000 || rr[1].DelayMS != MaxDuration.Milliseconds() || rr[1].Owner != -5 {
@@ -338,20 +370,22 @@ func TestRecoverAttemptsCap(t *testing.T) {
 	}
 }
 
-func TestLockKey(t *testing.T) {
-	if got := lockKey("s.berth_schema"); got != "berth:s.berth_schema" {
-		t.Errorf("short key = %q", got)
+// TestLockKeyNamesTheSchema checks that the app-lock resource is built
+// on the server from the effective schema and the engine's key, and
+// hashed to sp_getapplock's 255 characters there.
+func TestLockKeyNamesTheSchema(t *testing.T) {
+	st := Dialect{}.Lock(".berth_sweep:q", false)
+	for _, want := range []string{"N'berth:' + SCHEMA_NAME() + N':' + @p1", "IF LEN(@k) > 255", "@Resource = @res", "@res nvarchar(255)"} {
+		if !strings.Contains(st.SQL, want) {
+			t.Errorf("lock statement lacks %q:\n%s", want, st.SQL)
+		}
 	}
-	long1 := lockKey(strings.Repeat("a", 300) + "1")
-	long2 := lockKey(strings.Repeat("a", 300) + "2")
-	if len(long1) != maxLockKey || len(long2) != maxLockKey {
-		t.Errorf("long keys are %d and %d characters, want %d", len(long1), len(long2), maxLockKey)
+	if st.Args[0] != nv(".berth_sweep:q") {
+		t.Errorf("lock arg = %#v", st.Args[0])
 	}
-	if long1 == long2 {
-		t.Error("distinct long keys collide")
-	}
-	if lockKey(strings.Repeat("a", 300)+"1") != long1 {
-		t.Error("long key not deterministic")
+	// 222 characters kept + ":" + 32 hex digits = sp_getapplock's 255.
+	if 222+1+32 != maxLockKey {
+		t.Error("hashed resource length is not maxLockKey")
 	}
 }
 

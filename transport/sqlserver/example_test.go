@@ -104,9 +104,50 @@ func ExampleDDL() {
 	// CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)
 	// GO
 	//
+	// -- version 2
 	// SET NOCOUNT ON;
-	// IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 1)
-	// INSERT INTO [app].[berth_schema_version] (version) VALUES (1)
+	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+	// DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
+	// WHILE 1 = 1
+	// BEGIN
+	// 	SET @name = NULL;
+	// 	SELECT TOP (1) @name = s.queue_table FROM [app].[berth_subscriptions] AS s
+	// 	WHERE NOT EXISTS (SELECT 1 FROM @done AS d WHERE d.name = s.queue_table)
+	// 	ORDER BY s.queue_table;
+	// 	IF @name IS NULL BREAK;
+	// 	INSERT INTO @done (name) VALUES (@name);
+	// 	SET @t = N'[app].' + QUOTENAME(@name);
+	// IF OBJECT_ID(@t, N'U') IS NOT NULL
+	// BEGIN
+	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
+	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+	// 		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
+	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 	BEGIN
+	// 		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	// 	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+	// 		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	// 	END;
+	// END;
+	// END;
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 2)
+	// INSERT INTO [app].[berth_schema_version] (version) VALUES (2)
 	// GO
 	//
 	// -- queue of topic "orders", consumer group ""
@@ -134,6 +175,36 @@ func ExampleDDL() {
 	//
 	// SET NOCOUNT ON;
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders]') AND name = N'berth_q_orders_leased')
-	// CREATE INDEX [berth_q_orders_leased] ON [app].[berth_q_orders] (lease_until) INCLUDE (attempts) WHERE state > 0
+	// CREATE INDEX [berth_q_orders_leased] ON [app].[berth_q_orders] (lease_until) INCLUDE (attempts, state) WHERE state > 0
+	// GO
+	//
+	// SET NOCOUNT ON;
+	// DECLARE @name nvarchar(128) = N'berth_q_orders', @t nvarchar(300) = N'[app].[berth_q_orders]', @sql nvarchar(max);
+	// IF OBJECT_ID(@t, N'U') IS NOT NULL
+	// BEGIN
+	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
+	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+	// 		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
+	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 	BEGIN
+	// 		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	// 	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+	// 		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	// 	END;
+	// END;
+	//
 	// GO
 }

@@ -7,13 +7,17 @@ package sqlserver
 // docs/transports/sqlserver.md.
 
 const goldenLock = `SET NOCOUNT ON;
-DECLARE @r int;
-EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = -1;
+DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = -1;
 SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
 
 const goldenTryLock = `SET NOCOUNT ON;
-DECLARE @r int;
-EXEC @r = sp_getapplock @Resource = @p1, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
+DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
 SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
 
 const goldenCreateSchema = `SET NOCOUNT ON;
@@ -63,6 +67,45 @@ const goldenErrorsIndex = `SET NOCOUNT ON;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_errors]') AND name = N'berth_errors_queue')
 CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)`
 
+const goldenUpgradeQueues = `SET NOCOUNT ON;
+DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
+WHILE 1 = 1
+BEGIN
+	SET @name = NULL;
+	SELECT TOP (1) @name = s.queue_table FROM [app].[berth_subscriptions] AS s
+	WHERE NOT EXISTS (SELECT 1 FROM @done AS d WHERE d.name = s.queue_table)
+	ORDER BY s.queue_table;
+	IF @name IS NULL BREAK;
+	INSERT INTO @done (name) VALUES (@name);
+	SET @t = N'[app].' + QUOTENAME(@name);
+IF OBJECT_ID(@t, N'U') IS NOT NULL
+BEGIN
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	BEGIN
+		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	END;
+END;
+END;`
+
 const goldenQueueTable = `SET NOCOUNT ON;
 IF OBJECT_ID(N'[app].[berth_q_orders__billing]', N'U') IS NULL
 CREATE TABLE [app].[berth_q_orders__billing] (
@@ -85,7 +128,36 @@ CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing
 
 const goldenLeasedIndex = `SET NOCOUNT ON;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_leased')
-CREATE INDEX [berth_q_orders__billing_leased] ON [app].[berth_q_orders__billing] (lease_until) INCLUDE (attempts) WHERE state > 0`
+CREATE INDEX [berth_q_orders__billing_leased] ON [app].[berth_q_orders__billing] (lease_until) INCLUDE (attempts, state) WHERE state > 0`
+
+const goldenUpgradeQueue = `SET NOCOUNT ON;
+DECLARE @name nvarchar(128) = N'berth_q_orders__billing', @t nvarchar(300) = N'[app].[berth_q_orders__billing]', @sql nvarchar(max);
+IF OBJECT_ID(@t, N'U') IS NOT NULL
+BEGIN
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	BEGIN
+		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	END;
+END;
+`
 
 const goldenSubscribe = `SET NOCOUNT ON;
 IF NOT EXISTS (SELECT 1 FROM [app].[berth_subscriptions] WITH (UPDLOCK, HOLDLOCK) WHERE topic = @p1 AND consumer_group = @p2)
@@ -99,18 +171,16 @@ DECLARE @now datetime2(3) = SYSUTCDATETIME();
 INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at)
 SELECT v.uuid, v.headers, v.body, DATEADD(millisecond, CAST(v.delay_ms % 1000 AS int), DATEADD(second, CAST(v.delay_ms / 1000 AS int), @now)),
 	CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END
-FROM (VALUES
-	(1, @p1, @p2, @p3, @p4, @p5),
-	(2, @p6, @p7, @p8, @p9, @p10)
-) AS v (n, uuid, headers, body, delay_ms, ttl_ms)
+FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t') AS v
 ORDER BY v.n;`
 
 const goldenClaim = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
 WITH c AS (
 	SELECT TOP (@p1) id, uuid, headers, body, attempts, state, owner, lease_until
-	FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 	WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)
 	ORDER BY due_at, id
 )
@@ -180,6 +250,7 @@ COMMIT TRANSACTION;
 SELECT id FROM @t;`
 
 const goldenRecover = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE TOP (@p1) [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
@@ -189,6 +260,7 @@ WHERE state > 0 AND lease_until <= @now AND (state = 1 OR attempts < @p2);
 SELECT id FROM @t;`
 
 const goldenDeadLetterExpired = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 SET XACT_ABORT ON;
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL);
@@ -202,9 +274,10 @@ COMMIT TRANSACTION;
 SELECT id FROM @t;`
 
 const goldenDropExpired = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
 DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 OUTPUT deleted.id INTO @t
-WHERE state = 0 AND expires_at <= @now;
+WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= @now;
 SELECT id FROM @t;`

@@ -1,0 +1,75 @@
+package sqlqueue
+
+import (
+	"fmt"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// Limits are the longest values a dialect's columns hold, in the unit
+// Length counts. A zero limit means none.
+type Limits struct {
+	// UUID bounds a message UUID (the queue table's uuid column).
+	UUID int
+	// Topic bounds a topic (the subscriptions table's topic column).
+	Topic int
+	// ConsumerGroup bounds a consumer group name.
+	ConsumerGroup int
+	// Length measures a value in the columns' unit (SQL Server's nvarchar
+	// counts UTF-16 code units); nil counts bytes.
+	Length func(string) int
+}
+
+// Limiter is implemented by dialects whose columns bound the UUID, topic
+// or consumer group (SQL Server's nvarchar(n)). The engine checks them in
+// Go, so a user gets an error naming the limit instead of the server's
+// truncation error (2628, 8152).
+type Limiter interface {
+	Limits() Limits
+}
+
+func (l Limits) length(s string) int {
+	if l.Length != nil {
+		return l.Length(s)
+	}
+	return len(s)
+}
+
+// checkNames reports a topic or consumer group longer than d's columns
+// hold, wrapped in transport.ErrInvalidConfig.
+func checkNames(d Dialect, topic, group string) error {
+	if err := nameLimits(d, topic, group); err != nil {
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// nameLimits is checkNames without the sentinel, naming the field.
+func nameLimits(d Dialect, topic, group string) error {
+	lm, ok := d.(Limiter)
+	if !ok {
+		return nil
+	}
+	l := lm.Limits()
+	if n := l.length(topic); l.Topic > 0 && n > l.Topic {
+		return fmt.Errorf("topic: at most %d characters on %s, got %d", l.Topic, d.Name(), n)
+	}
+	if n := l.length(group); l.ConsumerGroup > 0 && n > l.ConsumerGroup {
+		return fmt.Errorf("ConsumerGroup: at most %d characters on %s, got %d", l.ConsumerGroup, d.Name(), n)
+	}
+	return nil
+}
+
+// checkUUID reports a message UUID longer than d's column holds, wrapped
+// in transport.ErrInvalidMessage.
+func checkUUID(d Dialect, uuid string) error {
+	lm, ok := d.(Limiter)
+	if !ok {
+		return nil
+	}
+	l := lm.Limits()
+	if n := l.length(uuid); l.UUID > 0 && n > l.UUID {
+		return fmt.Errorf("%w: message UUID %.40q… is %d characters, at most %d on %s", transport.ErrInvalidMessage, uuid, n, l.UUID, d.Name())
+	}
+	return nil
+}
