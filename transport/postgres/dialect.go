@@ -94,7 +94,11 @@ func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
 }
 
 // CreateQueue implements sqlqueue.Dialect. The partial index on pending
-// rows keeps claimed rows out of other claims' path.
+// rows keeps claimed rows out of other claims' path; the lease index serves
+// the sweeper, the expiry index DropExpired. A table made by an earlier
+// version gets the expiry index at its first subscribe after the upgrade
+// (QueueExists then reports it missing): a plain CREATE INDEX, which holds
+// the table's writers while it reads the table once.
 func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	return []sqlqueue.Stmt{
 		st(`CREATE TABLE IF NOT EXISTS ` + q.Table + ` (
@@ -112,6 +116,7 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + q.Table + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + q.Table + ` (lease_until) WHERE state <> 0`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + q.Table + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
 	}
 }
 
@@ -120,8 +125,8 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 // makes.
 func (d Dialect) QueueExists(q sqlqueue.Queue) sqlqueue.Stmt {
 	schema := strings.TrimSuffix(q.Table, d.QuoteIdent(q.Name)) // "" or `"schema".`
-	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
-		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"))
+	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"), schema+d.QuoteIdent(q.Name+"_expiry"))
 }
 
 // Subscribe implements sqlqueue.Dialect.
@@ -296,7 +301,7 @@ func (Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
 	return st(`DELETE FROM `+q.Table+`
 WHERE id = ANY(ARRAY(
 	SELECT id FROM `+q.Table+`
-	WHERE state = 0 AND expires_at <= now()
+	WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= now()
 	LIMIT $1
 	FOR UPDATE SKIP LOCKED
 ))

@@ -111,6 +111,7 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + d.QuoteIdent(q.Name) + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + d.QuoteIdent(q.Name) + ` (lease_until) WHERE state <> 0`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + d.QuoteIdent(q.Name) + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
 	}
 }
 
@@ -272,7 +273,7 @@ WHERE id IN (`+sel+`)`, q.Name, reason, now, now, maxAttempts, limit),
 // DropExpired implements sqlqueue.Dialect.
 func (d Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
 	return st(`DELETE FROM `+q.Table+`
-WHERE id IN (SELECT id FROM `+q.Table+` WHERE state = 0 AND expires_at <= ? LIMIT ?)
+WHERE id IN (SELECT id FROM `+q.Table+` WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?)
 RETURNING id`, d.now(), limit)
 }
 
