@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -73,73 +72,10 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 	return db, nil
 }
 
-// Shared pools: one per DSN in this process, reference counted, so that
-// many publishers and subscribers opened by URL (Watermill's router opens
-// one subscriber per handler) fit the server's max_connections, and share
-// one wake-up listener.
-var (
-	poolsMu sync.Mutex
-	pools   = map[string]*pool{}
-)
-
-type pool struct {
-	dsn   string
-	db    *sql.DB
-	conns int // guarded by poolsMu
-	refs  int // guarded by poolsMu
-}
-
-// openShared returns the process-wide pool of dsn, sized to at least
-// maxConns (DefaultSharedMaxConns when ≤ 0), and its closer, which drops
-// one reference.
-func openShared(dsn string, maxConns int) (*sql.DB, io.Closer, error) {
-	if maxConns <= 0 {
-		maxConns = DefaultSharedMaxConns
-	}
-	maxConns = max(maxConns, 2)
-	poolsMu.Lock()
-	defer poolsMu.Unlock()
-	if p := pools[dsn]; p != nil {
-		p.refs++
-		if maxConns > p.conns {
-			p.conns = maxConns
-			p.db.SetMaxOpenConns(maxConns)
-			p.db.SetMaxIdleConns(maxConns)
-		}
-		return p.db, &poolRef{p: p}, nil
-	}
-	db, err := Open(dsn, maxConns)
-	if err != nil {
-		return nil, nil, err
-	}
-	p := &pool{dsn: dsn, db: db, conns: maxConns, refs: 1}
-	pools[dsn] = p
-	return db, &poolRef{p: p}, nil
-}
-
-// poolRef is one user's reference to a shared pool.
-type poolRef struct {
-	p    *pool
-	once sync.Once
-}
-
-// Close drops the reference; the last one closes the pool. Idempotent.
-func (r *poolRef) Close() error {
-	var err error
-	r.once.Do(func() {
-		poolsMu.Lock()
-		r.p.refs--
-		last := r.p.refs == 0
-		if last {
-			delete(pools, r.p.dsn)
-		}
-		poolsMu.Unlock()
-		if last {
-			err = r.p.db.Close()
-		}
-	})
-	return err
-}
+// pools are the process-wide pools, one per DSN, that every publisher and
+// subscriber opened from the same DSN (or URL) shares, with one wake-up
+// listener.
+var pools = &sqlqueue.SharedPools{Open: Open, Default: DefaultSharedMaxConns, Min: 2}
 
 // NewSubscriber returns a subscriber on PostgreSQL. With cfg.DB nil it uses
 // the process-wide pool of cfg.DSN (released on Close).
@@ -217,7 +153,7 @@ func sharedPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
 		if dsn == "" {
 			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
 		}
-		return openShared(dsn, maxConns)
+		return pools.Get(dsn, maxConns)
 	}
 }
 

@@ -14,10 +14,17 @@ import (
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
-// DefaultMaxOpenConns is the default pool size of a publisher or subscriber
-// that opens its own pool: enough for a claim, the group commits of Begin,
-// Complete and Retry, a renewal and a sweep to run at once.
+// DefaultMaxOpenConns is the default size of a private pool opened with
+// Open: enough for a claim, the group commits of Begin, Complete and Retry,
+// a renewal and a sweep to run at once.
 const DefaultMaxOpenConns = 8
+
+// DefaultSharedMaxConns is the default size of the process-wide pool that
+// every publisher and subscriber opened from the same DSN (or URL) shares.
+const DefaultSharedMaxConns = 10
+
+// pools are the process-wide pools, one per DSN.
+var pools = &sqlqueue.SharedPools{Open: Open, Default: DefaultSharedMaxConns}
 
 // SubscriberConfig configures a SQL Server subscriber: the engine's config
 // plus how to open the pool. The zero value (with DSN or DB set) is the
@@ -25,12 +32,15 @@ const DefaultMaxOpenConns = 8
 type SubscriberConfig struct {
 	sqlqueue.SubscriberConfig
 
-	// DSN opens a pool (sqlserver://user:password@host:port?database=…, or
-	// any go-mssqldb connection string) when DB is nil. Only the driver's
-	// own parameters belong in it.
+	// DSN (sqlserver://user:password@host:port?database=…, or any
+	// go-mssqldb connection string), used when DB is nil: the subscriber
+	// uses the process-wide pool of this DSN, shared with every other
+	// publisher and subscriber opened from the same DSN, and closed with
+	// the last of them. Only the driver's own parameters belong in it.
 	DSN string
-	// MaxOpenConns sizes the pool opened from DSN. Defaults to
-	// DefaultMaxOpenConns (8). URL: max_conns.
+	// MaxOpenConns sizes the shared pool of DSN; when several users ask for
+	// different sizes the pool takes the largest. Defaults to
+	// DefaultSharedMaxConns (10). URL: max_conns.
 	MaxOpenConns int
 }
 
@@ -39,16 +49,19 @@ type SubscriberConfig struct {
 type PublisherConfig struct {
 	sqlqueue.PublisherConfig
 
-	// DSN opens a pool when DB is nil (see SubscriberConfig.DSN).
+	// DSN, used when DB is nil: the publisher uses the process-wide pool of
+	// this DSN (see SubscriberConfig.DSN).
 	DSN string
-	// MaxOpenConns sizes the pool opened from DSN. Defaults to
-	// DefaultMaxOpenConns (8). URL: max_conns.
+	// MaxOpenConns sizes the shared pool of DSN. Defaults to
+	// DefaultSharedMaxConns (10). URL: max_conns.
 	MaxOpenConns int
 }
 
-// Open opens a database/sql pool over go-mssqldb with at most maxConns
-// connections (DefaultMaxOpenConns when ≤ 0). go-mssqldb parses the DSN
-// here; it connects on first use.
+// Open opens a private database/sql pool over go-mssqldb with at most
+// maxConns connections (DefaultMaxOpenConns when ≤ 0). go-mssqldb parses
+// the DSN here; it connects on first use. The caller closes it. To share
+// one pool among many publishers and subscribers, set DSN in their configs
+// instead (or open them by URL).
 func Open(dsn string, maxConns int) (*sql.DB, error) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxOpenConns
@@ -64,15 +77,15 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 	return db, nil
 }
 
-// NewSubscriber returns a subscriber on SQL Server. With cfg.DB nil it
-// opens (and on Close closes) a pool from cfg.DSN. The session is checked
+// NewSubscriber returns a subscriber on SQL Server. With cfg.DB nil it uses
+// the process-wide pool of cfg.DSN (released on Close). The session is checked
 // (Dialect.Check) and the tables created at the first Subscribe.
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
 	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
 }
 
-// NewPublisher returns a publisher on SQL Server. With cfg.DB nil it opens
-// (and on Close closes) a pool from cfg.DSN. Subscribers in the same
+// NewPublisher returns a publisher on SQL Server. With cfg.DB nil it uses
+// the process-wide pool of cfg.DSN (released on Close). Subscribers in the same
 // process are woken as soon as a Publish commits; others find the rows on
 // their next claim.
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
@@ -116,17 +129,14 @@ func DDL(t sqlqueue.Tables, queues ...[2]string) string {
 	return b.String()
 }
 
-// dsnPool opens a pool from dsn (closed with its user), for sqlqueue.Build.
+// dsnPool takes a reference to the shared pool of dsn (dropped with its
+// user), for sqlqueue.Build.
 func dsnPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
 	return func() (*sql.DB, io.Closer, error) {
 		if dsn == "" {
 			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
 		}
-		db, err := Open(dsn, maxConns)
-		if err != nil {
-			return nil, nil, err
-		}
-		return db, db, nil
+		return pools.Get(dsn, maxConns)
 	}
 }
 

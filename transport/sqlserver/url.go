@@ -63,7 +63,7 @@ func splitURL(u *url.URL) (dsn string, maxConns int, p *urlparam.Params) {
 	for _, k := range ConnParams {
 		p.Has(k)
 	}
-	maxConns = p.Int("max_conns", DefaultMaxOpenConns, 1, 1000)
+	maxConns = p.Int("max_conns", DefaultSharedMaxConns, 1, 1000)
 	du := *u
 	du.RawQuery = conn.Encode()
 	return du.String(), maxConns, p

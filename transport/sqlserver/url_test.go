@@ -54,7 +54,7 @@ func TestParsePublisherURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TTL != time.Hour || cfg.Delay != 5*time.Second || cfg.MaxMessageSize != 1024 || cfg.Tables.Prefix != "q_" || cfg.MaxOpenConns != DefaultMaxOpenConns {
+	if cfg.TTL != time.Hour || cfg.Delay != 5*time.Second || cfg.MaxMessageSize != 1024 || cfg.Tables.Prefix != "q_" || cfg.MaxOpenConns != DefaultSharedMaxConns {
 		t.Errorf("config = %+v", cfg)
 	}
 	if cfg.DSN != "sqlserver://sa:x@localhost?database=test" {
