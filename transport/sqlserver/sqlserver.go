@@ -9,6 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	_ "github.com/microsoft/go-mssqldb" // registers the "sqlserver" database/sql driver
+	"github.com/microsoft/go-mssqldb/azuread"
+	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -66,7 +68,7 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxOpenConns
 	}
-	db, err := sql.Open("sqlserver", dsn)
+	db, err := openDriver(dsn)
 	if err != nil {
 		// go-mssqldb's parse errors never echo the password.
 		return nil, fmt.Errorf("sqlserver: open: %w", err)
@@ -75,6 +77,27 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return db, nil
+}
+
+// openDriver opens dsn with go-mssqldb, through its azuread package when
+// the DSN asks for Microsoft Entra ID (Azure AD) authentication with a
+// fedauth parameter (fedauth=ActiveDirectoryDefault,
+// ActiveDirectoryManagedIdentity, ActiveDirectoryServicePrincipal, …, as
+// go-mssqldb documents them), and with SQL or Windows authentication
+// otherwise.
+func openDriver(dsn string) (*sql.DB, error) {
+	cfg, err := msdsn.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Parameters["fedauth"] == "" {
+		return sql.Open("sqlserver", dsn)
+	}
+	c, err := azuread.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
 }
 
 // NewSubscriber returns a subscriber on SQL Server. With cfg.DB nil it uses

@@ -143,3 +143,46 @@ func TestConstructorsNeedDSNOrDB(t *testing.T) {
 		t.Errorf("NewSubscriber with a 1ms lease: %v", err)
 	}
 }
+
+// TestEntraIDAuthentication checks that a fedauth parameter (in a URL or a
+// DSN) opens the pool through go-mssqldb's azuread package, which checks
+// each workflow's required parameters when the pool is opened, without
+// connecting; and that without it the plain driver is used.
+func TestEntraIDAuthentication(t *testing.T) {
+	for _, c := range []struct {
+		dsn     string
+		wantErr string
+	}{
+		{"sqlserver://app@db.example.invalid?database=orders&fedauth=ActiveDirectoryDefault", ""},
+		{"sqlserver://app@db.example.invalid?database=orders&fedauth=ActiveDirectoryManagedIdentity", ""},
+		{"server=db.example.invalid;database=orders;fedauth=ActiveDirectoryDefault", ""},
+		// A service principal needs its secret (or a certificate): the
+		// azuread package says so, proving it read the DSN.
+		{"sqlserver://client-id@db.example.invalid?database=orders&fedauth=ActiveDirectoryServicePrincipal", "password"},
+		{"sqlserver://sa:secret@db.example.invalid?database=orders", ""},
+	} {
+		db, err := Open(c.dsn, 2)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s: err = %v, want one naming %q", c.dsn, err, c.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("%s: the error repeats the password: %v", c.dsn, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.dsn, err)
+			continue
+		}
+		_ = db.Close()
+	}
+	// The URL passes fedauth through to the DSN, not to Berth's parameters.
+	cfg, err := ParseSubscriberURL(mustURL(t, "sqlserver://app@db.example.invalid?database=orders&fedauth=ActiveDirectoryDefault&concurrency=4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cfg.DSN, "fedauth=ActiveDirectoryDefault") || strings.Contains(cfg.DSN, "concurrency") {
+		t.Errorf("DSN = %q", cfg.DSN)
+	}
+}
