@@ -23,7 +23,6 @@ func TestOneDeclarationListPerStatement(t *testing.T) {
 	n, q := testNames, testQueue
 	ctx := context.Background()
 
-	type sent struct{ name string }
 	var order []string
 	send := func(name string, sts ...sqlqueue.Stmt) {
 		t.Helper()
