@@ -13,8 +13,12 @@ import (
 // Result is one scenario run for one strategy (Berth, a baseline, another
 // library) at one setting (instance count, backlog size).
 type Result struct {
-	Scenario  string             `json:"scenario"`  // e.g. "sql/drain"
-	Strategy  string             `json:"strategy"`  // e.g. "berth", "peek-baseline", "watermill-sql"
+	Scenario string `json:"scenario"` // e.g. "sql/drain"
+	Strategy string `json:"strategy"` // e.g. "berth", "peek-baseline", "watermill-sql"
+	// Database is the database a SQL scenario ran on when it is not
+	// PostgreSQL, the sql/ scenarios' usual one: "sqlserver". Results on
+	// different databases are charted apart.
+	Database  string             `json:"database,omitempty"`
 	Instances int                `json:"instances"` // competing subscriber instances
 	Messages  int                `json:"messages"`  // messages processed
 	Duration  time.Duration      `json:"duration_ns"`

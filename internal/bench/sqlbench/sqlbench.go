@@ -132,10 +132,11 @@ func runAll(ctx context.Context, env bench.Env, rcs []RunConfig) ([]bench.Result
 	if env.PostgresURL == "" {
 		return nil, errors.New("sqlbench: needs PostgreSQL (bench.Env.PostgresURL)")
 	}
-	h, err := newHarness(ctx, env.PostgresURL)
+	db, err := openPostgres(ctx, env.PostgresURL)
 	if err != nil {
 		return nil, err
 	}
+	h := newHarness(db)
 	defer h.Close()
 	progress := progressOf(env)
 	var out []bench.Result

@@ -38,10 +38,11 @@ func benchScale(tb testing.TB) float64 {
 func runBench(b *testing.B, rcs []RunConfig) {
 	url := testenv.PostgresURL(b)
 	ctx := context.Background()
-	h, err := newHarness(ctx, url)
+	db, err := openPostgres(ctx, url)
 	if err != nil {
 		b.Fatal(err)
 	}
+	h := newHarness(db)
 	defer h.Close()
 	for _, rc := range rcs {
 		b.Run(fmt.Sprintf("%s/instances=%d", rc.Strategy, rc.Instances), func(b *testing.B) {
@@ -87,10 +88,11 @@ func BenchmarkSteady(b *testing.B) {
 func TestRunSmoke(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	ctx := context.Background()
-	h, err := newHarness(ctx, url)
+	db, err := openPostgres(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := newHarness(db)
 	defer h.Close()
 	for _, s := range Strategies {
 		t.Run(s, func(t *testing.T) {
