@@ -366,12 +366,24 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	for _, in := range insts {
 		eng.add(in)
 	}
+	opened := slices.Clone(insts)
 	closeStart := time.Now()
 	if err := closeAll(); err != nil {
 		return res, fmt.Errorf("sqlbench: %s: close: %w", st.name, err)
 	}
 	closeTook := time.Since(closeStart)
 	snap := ctr.Snapshot()
+	statements, receives, empty := snap.Statements, snap.Receives, snap.EmptyClaims
+	if !h.db.tracesStatements() {
+		// The engine's own counts, once closed like the driver's: every
+		// statement it sent (BEGIN and COMMIT included), its claims and
+		// the claims that found nothing.
+		var closed engineTotals
+		for _, in := range opened {
+			closed.add(in)
+		}
+		statements, receives, empty = closed.st.RoundTrips(), closed.st.Claims, closed.st.EmptyClaims
+	}
 	per := func(v float64) float64 {
 		if processed == 0 {
 			return 0
@@ -397,12 +409,6 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 		Messages:  processed,
 		Duration:  elapsed,
 		Metrics:   server,
-	}
-	statements, receives, empty := snap.Statements, snap.Receives, snap.EmptyClaims
-	if !h.db.tracesStatements() {
-		// The engine's own counts: every statement it sent (BEGIN and
-		// COMMIT included), its claims and the claims that found nothing.
-		statements, receives, empty = eng.st.RoundTrips(), eng.st.Claims, eng.st.EmptyClaims
 	}
 	m := res.Metrics
 	m["msg_per_s"] = float64(processed) / max(elapsed.Seconds(), 1e-9)
