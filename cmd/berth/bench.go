@@ -57,7 +57,9 @@ DIR/results.json.`, stderr)
 	out := fs.String("out", filepath.Join("docs", "bench"), "directory for results.json and the SVG charts")
 	pg := fs.String("postgres-url", os.Getenv("BERTH_TEST_POSTGRES_URL"), "PostgreSQL URL for the sql scenarios; default $BERTH_TEST_POSTGRES_URL")
 	sqsEP := fs.String("sqs-endpoint", os.Getenv("BERTH_TEST_SQS_ENDPOINT"), "SQS endpoint for the sqs scenarios; default $BERTH_TEST_SQS_ENDPOINT")
-	sqlServer := fs.String("sqlserver-url", os.Getenv("BERTH_TEST_SQLSERVER_URL"), "SQL Server URL (sqlserver://…) that adds SQL Server runs of the sql scenarios; default $BERTH_TEST_SQLSERVER_URL")
+	// Not the environment's value as the flag's default: --help would print
+	// it, password included.
+	sqlServer := fs.String("sqlserver-url", "", "SQL Server URL (sqlserver://…) that adds SQL Server runs of the sql scenarios; default $BERTH_TEST_SQLSERVER_URL")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	chartsOnly := fs.Bool("charts-only", false, "redraw the charts from DIR/results.json without running anything")
 	pos, err := parse(fs, args)
@@ -65,6 +67,9 @@ DIR/results.json.`, stderr)
 		return err
 	}
 	names = append(names, pos...)
+	if !isSet(fs, "sqlserver-url") {
+		*sqlServer = os.Getenv("BERTH_TEST_SQLSERVER_URL")
+	}
 	if *scale <= 0 || math.IsNaN(*scale) || math.IsInf(*scale, 0) {
 		return usagef("--scale must be > 0")
 	}

@@ -151,10 +151,14 @@ func TestBenchSQLServerURL(t *testing.T) {
 		}
 	}
 
-	// From the environment, SQL Server alone; PostgreSQL's earlier result stays.
-	t.Setenv("BERTH_TEST_SQLSERVER_URL", "sqlserver://env")
+	// From the environment, SQL Server alone; PostgreSQL's earlier result
+	// stays. --help does not show the environment's URL (its password).
+	t.Setenv("BERTH_TEST_SQLSERVER_URL", "sqlserver://sa:env-secret@db")
+	if _, _, errs := runCmd(t, "bench", "--help"); !strings.Contains(errs, "-sqlserver-url") || strings.Contains(errs, "env-secret") {
+		t.Fatalf("--help lacks the flag or shows the environment's password:\n%s", errs)
+	}
 	out, _ = benchRun()
-	if env := <-oneOfEnv; env.SQLServerURL != "sqlserver://env" || env.PostgresURL != "" {
+	if env := <-oneOfEnv; env.SQLServerURL != "sqlserver://sa:env-secret@db" || env.PostgresURL != "" {
 		t.Fatalf("the scenario got %q and %q", env.PostgresURL, env.SQLServerURL)
 	}
 	if strings.Contains(out, "test/one-of  ") {
@@ -170,6 +174,11 @@ func TestBenchSQLServerURL(t *testing.T) {
 	}
 	if len(dbs) != 2 || !slices.Contains(dbs, "") || !slices.Contains(dbs, "sqlserver") {
 		t.Fatalf("results.json holds results on %q, want one on PostgreSQL (kept) and one on SQL Server", dbs)
+	}
+
+	// An empty --sqlserver-url overrides the environment.
+	if _, errs := benchRun("--sqlserver-url", ""); !strings.Contains(errs, "skip test/one-of") {
+		t.Fatalf("--sqlserver-url '' did not turn SQL Server off:\n%s", errs)
 	}
 }
 
