@@ -13,6 +13,8 @@ import (
 	"time"
 
 	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/microsoft/go-mssqldb/azuread"
+	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
@@ -85,13 +87,27 @@ func (f dialerFunc) DialContext(ctx context.Context, network, addr string) (net.
 	return f(ctx, network, addr)
 }
 
+// sqlServerConnector returns go-mssqldb's connector for dsn: through its
+// azuread package when the DSN asks for Microsoft Entra ID authentication
+// (a fedauth parameter), as transport/sqlserver opens it.
+func sqlServerConnector(dsn string) (*mssql.Connector, error) {
+	cfg, err := msdsn.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Parameters["fedauth"] == "" {
+		return mssql.NewConnector(dsn)
+	}
+	return azuread.NewConnector(dsn)
+}
+
 // openSQLServerPool opens a database/sql pool over go-mssqldb of maxConns
 // connections, kept open for the pool's life (a session's CPU time leaves
 // sys.dm_exec_sessions with it). With ctr set, its TCP connections count
 // their round trips (the SQL Browser's UDP lookup of a named instance does
 // not).
 func openSQLServerPool(dsn string, maxConns int, ctr *Counter) (*sql.DB, error) {
-	c, err := mssql.NewConnector(dsn)
+	c, err := sqlServerConnector(dsn)
 	if err != nil {
 		// go-mssqldb's parse errors never echo the password.
 		return nil, fmt.Errorf("sqlbench: SQL Server DSN: %w", err)

@@ -41,10 +41,23 @@ func TestSQLServerDSN(t *testing.T) {
 			if cfg.AppName != "berth-sqlbench-x" || cfg.Database != tc.database || cfg.Password != "secret" {
 				t.Fatalf("parsed app name %q, database %q, password kept %v", cfg.AppName, cfg.Database, cfg.Password == "secret")
 			}
-			if _, err := mssql.NewConnector(dsn); err != nil {
+			if _, err := sqlServerConnector(dsn); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+	// Entra ID authentication goes through go-mssqldb's azuread package, as
+	// in transport/sqlserver; its connector takes the counting dialer too.
+	dsn, err := sqlServerDSN("sqlserver://db.example:1433?database=q&fedauth=ActiveDirectoryDefault", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := openSQLServerPool(dsn, 1, NewCounter(nil))
+	if err != nil {
+		t.Fatalf("fedauth: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name, url, want string
