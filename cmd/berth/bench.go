@@ -47,13 +47,19 @@ trips per message by strategy and instance count, and heap over time.
 docs/benchmarks.md embeds the charts of docs/bench/.
 
 Scenarios needing a service that is not configured are skipped with a
-message. --charts-only redraws the charts from DIR/results.json.`, stderr)
+message. The sql/ scenarios run on PostgreSQL (--postgres-url) and, when
+--sqlserver-url is set, on SQL Server too (Berth alone there; their results
+and charts carry "sqlserver"). --charts-only redraws the charts from
+DIR/results.json.`, stderr)
 	var names multi
 	fs.Var(&names, "scenario", "run only this scenario (repeatable; default: all); see --list")
 	scale := fs.Float64("scale", 1, "multiply sizes and durations (1 = the documented full size)")
 	out := fs.String("out", filepath.Join("docs", "bench"), "directory for results.json and the SVG charts")
 	pg := fs.String("postgres-url", os.Getenv("BERTH_TEST_POSTGRES_URL"), "PostgreSQL URL for the sql scenarios; default $BERTH_TEST_POSTGRES_URL")
 	sqsEP := fs.String("sqs-endpoint", os.Getenv("BERTH_TEST_SQS_ENDPOINT"), "SQS endpoint for the sqs scenarios; default $BERTH_TEST_SQS_ENDPOINT")
+	// Not the environment's value as the flag's default: --help would print
+	// it, password included.
+	sqlServer := fs.String("sqlserver-url", "", "SQL Server URL (sqlserver://…) that adds SQL Server runs of the sql scenarios; default $BERTH_TEST_SQLSERVER_URL")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	chartsOnly := fs.Bool("charts-only", false, "redraw the charts from DIR/results.json without running anything")
 	pos, err := parse(fs, args)
@@ -61,6 +67,9 @@ message. --charts-only redraws the charts from DIR/results.json.`, stderr)
 		return err
 	}
 	names = append(names, pos...)
+	if !isSet(fs, "sqlserver-url") {
+		*sqlServer = os.Getenv("BERTH_TEST_SQLSERVER_URL")
+	}
 	if *scale <= 0 || math.IsNaN(*scale) || math.IsInf(*scale, 0) {
 		return usagef("--scale must be > 0")
 	}
@@ -70,11 +79,7 @@ message. --charts-only redraws the charts from DIR/results.json.`, stderr)
 			fmt.Fprintln(stdout, "no scenarios are registered in this build")
 		}
 		for _, s := range all {
-			needs := "none"
-			if len(s.Needs) > 0 {
-				needs = strings.Join(s.Needs, ", ")
-			}
-			fmt.Fprintf(stdout, "%s (needs: %s)\n    %s\n", s.Name, needs, s.Description)
+			fmt.Fprintf(stdout, "%s (needs: %s)\n    %s\n", s.Name, needsText(s), s.Description)
 		}
 		return nil
 	}
@@ -112,30 +117,25 @@ message. --charts-only redraws the charts from DIR/results.json.`, stderr)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	have := map[string]string{"postgres": *pg, "sqs": *sqsEP}
-	flag := map[string]string{"postgres": "--postgres-url or BERTH_TEST_POSTGRES_URL", "sqs": "--sqs-endpoint or BERTH_TEST_SQS_ENDPOINT"}
+	have := services{"postgres": *pg, "sqs": *sqsEP, "sqlserver": *sqlServer}
 	var results []bench.Result
 	var ran []string
 	var failed []string
 	for i, s := range run {
-		var missing []string
-		for _, n := range s.Needs {
-			if have[n] == "" {
-				hint := flag[n]
-				if hint == "" {
-					hint = "unknown service"
-				}
-				missing = append(missing, n+" ("+hint+")")
-			}
-		}
-		if len(missing) > 0 {
-			fmt.Fprintf(stderr, "skip %s: needs %s\n", s.Name, strings.Join(missing, ", "))
+		if missing := have.missing(s); missing != "" {
+			fmt.Fprintf(stderr, "skip %s: needs %s\n", s.Name, missing)
 			continue
 		}
 		bar := newProgressBar(stderr, fmt.Sprintf("[%d/%d] %s", i+1, len(run), s.Name))
 		start := time.Now()
-		rs, err := s.Run(ctx, bench.Env{PostgresURL: *pg, SQSEndpoint: *sqsEP, Scale: *scale, Progress: bar.update})
+		var notes remarks
+		env := bench.Env{PostgresURL: *pg, SQSEndpoint: *sqsEP, SQLServerURL: *sqlServer, Scale: *scale,
+			Progress: bar.update, Note: notes.add}
+		rs, err := s.Run(ctx, env)
 		bar.done(err)
+		for _, n := range notes.list() {
+			fmt.Fprintf(stdout, "note: %s: %s\n", s.Name, n)
+		}
 		if err != nil {
 			failed = append(failed, s.Name)
 			fmt.Fprintf(stderr, "%s failed after %s: %v\n", s.Name, time.Since(start).Round(time.Millisecond), err)
@@ -153,14 +153,7 @@ message. --charts-only redraws the charts from DIR/results.json.`, stderr)
 		results = append(results, rs...)
 		printResults(stdout, rs)
 	}
-	merged := results
-	if prev, err := readResults(*out); err == nil {
-		for _, r := range prev.Results {
-			if !slices.Contains(ran, r.Scenario) {
-				merged = append(merged, r)
-			}
-		}
-	}
+	merged := mergeResults(results, ran, *out)
 	sort.SliceStable(merged, func(i, j int) bool { return merged[i].Scenario < merged[j].Scenario })
 	if len(ran) > 0 {
 		b, err := json.MarshalIndent(benchFile{GeneratedAt: time.Now().UTC(), Scale: *scale, Results: merged}, "", "  ")
@@ -180,6 +173,106 @@ message. --charts-only redraws the charts from DIR/results.json.`, stderr)
 		return fmt.Errorf("%d scenario(s) failed: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return ctx.Err()
+}
+
+// remarks collects a scenario's bench.Env.Note remarks, each once.
+type remarks struct {
+	mu sync.Mutex
+	rs []string
+}
+
+func (r *remarks) add(remark string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Contains(r.rs, remark) {
+		r.rs = append(r.rs, remark)
+	}
+}
+
+func (r *remarks) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.rs)
+}
+
+// services maps each service a scenario may need to its URL or endpoint
+// ("" when not configured).
+type services map[string]string
+
+// serviceFlags says how to configure each service.
+var serviceFlags = map[string]string{
+	"postgres":  "--postgres-url or BERTH_TEST_POSTGRES_URL",
+	"sqs":       "--sqs-endpoint or BERTH_TEST_SQS_ENDPOINT",
+	"sqlserver": "--sqlserver-url or BERTH_TEST_SQLSERVER_URL",
+}
+
+func serviceHint(n string) string {
+	hint := serviceFlags[n]
+	if hint == "" {
+		hint = "unknown service"
+	}
+	return n + " (" + hint + ")"
+}
+
+// missing says what s needs that is not configured, or "" when it can run:
+// every one of s.Needs and at least one of s.NeedsOneOf.
+func (have services) missing(s bench.Scenario) string {
+	var missing []string
+	for _, n := range s.Needs {
+		if have[n] == "" {
+			missing = append(missing, serviceHint(n))
+		}
+	}
+	if len(s.NeedsOneOf) > 0 && !slices.ContainsFunc(s.NeedsOneOf, func(n string) bool { return have[n] != "" }) {
+		alts := make([]string, len(s.NeedsOneOf))
+		for i, n := range s.NeedsOneOf {
+			alts[i] = serviceHint(n)
+		}
+		missing = append(missing, strings.Join(alts, " or "))
+	}
+	return strings.Join(missing, ", ")
+}
+
+// needsText is what --list says a scenario needs.
+func needsText(s bench.Scenario) string {
+	parts := slices.Clone(s.Needs)
+	if len(s.NeedsOneOf) > 0 {
+		parts = append(parts, strings.Join(s.NeedsOneOf, " or "))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resultKey identifies what a result replaces in results.json: its scenario
+// on its database.
+func resultKey(r bench.Result) string { return r.Scenario + "\x00" + r.Database }
+
+// mergeResults returns results followed by those of dir's results.json that
+// they do not replace: a scenario run this time replaces its earlier results
+// on each database it produced results for (SQL Server results of a
+// scenario stay when it ran on PostgreSQL alone), and every earlier result
+// of a scenario that ran and produced none.
+func mergeResults(results []bench.Result, ran []string, dir string) []bench.Result {
+	merged := slices.Clone(results)
+	prev, err := readResults(dir)
+	if err != nil {
+		return merged
+	}
+	produced := map[string]bool{}
+	scenarios := map[string]bool{}
+	for _, r := range results {
+		produced[resultKey(r)] = true
+		scenarios[r.Scenario] = true
+	}
+	for _, r := range prev.Results {
+		replaced := produced[resultKey(r)] || slices.Contains(ran, r.Scenario) && !scenarios[r.Scenario]
+		if !replaced {
+			merged = append(merged, r)
+		}
+	}
+	return merged
 }
 
 func readResults(dir string) (benchFile, error) {
@@ -205,12 +298,21 @@ func printResults(w io.Writer, rs []bench.Result) {
 		for i, k := range keys {
 			parts[i] = k + "=" + chart.FormatValue(r.Metrics[k])
 		}
-		fmt.Fprintf(w, "%-24s %-18s instances=%-3d messages=%-8d %s  %s\n", r.Scenario, r.Strategy, r.Instances, r.Messages, r.Duration.Round(time.Millisecond), strings.Join(parts, " "))
+		fmt.Fprintf(w, "%-24s %-18s instances=%-3d messages=%-8d %s  %s\n", scenarioOn(r), r.Strategy, r.Instances, r.Messages, r.Duration.Round(time.Millisecond), strings.Join(parts, " "))
 	}
 }
 
+// scenarioOn names r's scenario with its database when that is not the
+// scenario's usual one: "sql/drain", "sql/drain on sqlserver".
+func scenarioOn(r bench.Result) string {
+	if r.Database == "" {
+		return r.Scenario
+	}
+	return r.Scenario + " on " + r.Database
+}
+
 // chartFile turns a scenario name into a file name stem: "sql/drain" →
-// "sql-drain".
+// "sql-drain", "sql/drain on sqlserver" → "sql-drain-on-sqlserver".
 func chartFile(scenario, kind string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(scenario) {
@@ -229,9 +331,11 @@ func chartFile(scenario, kind string) string {
 // heap in use and of RSS over time when any result has those series. It returns the files
 // written, sorted.
 func writeCharts(dir string, rs []bench.Result) ([]string, error) {
+	// One set of charts per scenario and database: "sql/drain" (PostgreSQL)
+	// and "sql/drain on sqlserver".
 	byScenario := map[string][]bench.Result{}
 	for _, r := range rs {
-		byScenario[r.Scenario] = append(byScenario[r.Scenario], r)
+		byScenario[scenarioOn(r)] = append(byScenario[scenarioOn(r)], r)
 	}
 	var files []string
 	write := func(name string, c interface{ WriteSVG(io.Writer) error }) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,10 +36,35 @@ func init() {
 		},
 	})
 	bench.Register(bench.Scenario{
+		Name: "test/one-of", NeedsOneOf: []string{"postgres", "sqlserver"},
+		Run: func(ctx context.Context, env bench.Env) ([]bench.Result, error) {
+			select {
+			case oneOfEnv <- env:
+			default: // a test that does not look
+			}
+			var rs []bench.Result
+			for _, db := range []struct{ url, name string }{{env.PostgresURL, ""}, {env.SQLServerURL, "sqlserver"}} {
+				if db.url == "" {
+					continue
+				}
+				if db.name != "" {
+					env.Note("only berth runs on " + db.name)
+					env.Note("only berth runs on " + db.name) // printed once
+				}
+				rs = append(rs, bench.Result{Strategy: "berth", Database: db.name, Instances: 1, Messages: 10, Duration: time.Second,
+					Metrics: map[string]float64{"msg_per_s": 10, "round_trips_per_msg": 0.1}})
+			}
+			return rs, nil
+		},
+	})
+	bench.Register(bench.Scenario{
 		Name: "test/needs-nothing-here", Needs: []string{"sqs"},
 		Run: func(context.Context, bench.Env) ([]bench.Result, error) { panic("must be skipped") },
 	})
 }
+
+// oneOfEnv receives the environment test/one-of ran with.
+var oneOfEnv = make(chan bench.Env, 1)
 
 func TestBenchWritesResultsAndCharts(t *testing.T) {
 	dir := t.TempDir()
@@ -81,7 +107,102 @@ func TestBenchWritesResultsAndCharts(t *testing.T) {
 
 func TestBenchList(t *testing.T) {
 	out := mustRun(t, "bench", "--list")
-	if !strings.Contains(out, "test/fake") || !strings.Contains(out, "needs: sqs") {
+	if !strings.Contains(out, "test/fake") || !strings.Contains(out, "needs: sqs") ||
+		!strings.Contains(out, "test/one-of (needs: postgres or sqlserver)") {
 		t.Fatalf("--list:\n%s", out)
+	}
+}
+
+// --sqlserver-url (default $BERTH_TEST_SQLSERVER_URL) reaches the scenario;
+// its results on SQL Server get their own charts and lines; a scenario that
+// needs one of PostgreSQL and SQL Server runs with either and is skipped
+// without both.
+func TestBenchSQLServerURL(t *testing.T) {
+	t.Setenv("BERTH_TEST_POSTGRES_URL", "")
+	t.Setenv("BERTH_TEST_SQLSERVER_URL", "")
+	dir := t.TempDir()
+	benchRun := func(args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := runCmd(t, append([]string{"bench", "--scenario", "test/one-of", "--out", dir}, args...)...)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+		}
+		return out, errs
+	}
+
+	_, errs := benchRun()
+	if !strings.Contains(errs, "skip test/one-of: needs postgres (--postgres-url or BERTH_TEST_POSTGRES_URL) or sqlserver (--sqlserver-url or BERTH_TEST_SQLSERVER_URL)") {
+		t.Fatalf("without a database, stderr lacks the skip message:\n%s", errs)
+	}
+
+	out, _ := benchRun("--sqlserver-url", "sqlserver://flag", "--postgres-url", "postgres://flag")
+	if env := <-oneOfEnv; env.SQLServerURL != "sqlserver://flag" || env.PostgresURL != "postgres://flag" {
+		t.Fatalf("the scenario got %q and %q", env.PostgresURL, env.SQLServerURL)
+	}
+	if strings.Count(out, "note: test/one-of: only berth runs on sqlserver\n") != 1 {
+		t.Fatalf("stdout lacks the note, or repeats it:\n%s", out)
+	}
+	if !strings.Contains(out, "test/one-of on sqlserver") {
+		t.Fatalf("stdout does not tell the SQL Server result apart:\n%s", out)
+	}
+	for _, name := range []string{"test-one-of-throughput.svg", "test-one-of-on-sqlserver-throughput.svg", "test-one-of-on-sqlserver-round-trips.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// From the environment, SQL Server alone; PostgreSQL's earlier result
+	// stays. --help does not show the environment's URL (its password).
+	t.Setenv("BERTH_TEST_SQLSERVER_URL", "sqlserver://sa:env-secret@db")
+	if _, _, errs := runCmd(t, "bench", "--help"); !strings.Contains(errs, "-sqlserver-url") || strings.Contains(errs, "env-secret") {
+		t.Fatalf("--help lacks the flag or shows the environment's password:\n%s", errs)
+	}
+	out, _ = benchRun()
+	if env := <-oneOfEnv; env.SQLServerURL != "sqlserver://sa:env-secret@db" || env.PostgresURL != "" {
+		t.Fatalf("the scenario got %q and %q", env.PostgresURL, env.SQLServerURL)
+	}
+	if strings.Contains(out, "test/one-of  ") {
+		t.Fatalf("a PostgreSQL result without PostgreSQL:\n%s", out)
+	}
+	f, err := readResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	for _, r := range f.Results {
+		dbs = append(dbs, r.Database)
+	}
+	if len(dbs) != 2 || !slices.Contains(dbs, "") || !slices.Contains(dbs, "sqlserver") {
+		t.Fatalf("results.json holds results on %q, want one on PostgreSQL (kept) and one on SQL Server", dbs)
+	}
+
+	// An empty --sqlserver-url overrides the environment.
+	if _, errs := benchRun("--sqlserver-url", ""); !strings.Contains(errs, "skip test/one-of") {
+		t.Fatalf("--sqlserver-url '' did not turn SQL Server off:\n%s", errs)
+	}
+}
+
+func TestMergeResults(t *testing.T) {
+	dir := t.TempDir()
+	r := func(sc, db, strategy string) bench.Result {
+		return bench.Result{Scenario: sc, Database: db, Strategy: strategy}
+	}
+	prev := []bench.Result{r("sql/drain", "", "old-pg"), r("sql/drain", "sqlserver", "old-ms"), r("sqs/backlog", "", "old-sqs"), r("gone/empty", "", "old")}
+	b, err := json.Marshal(benchFile{Results: prev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, resultsFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := mergeResults([]bench.Result{r("sql/drain", "", "new-pg")}, []string{"sql/drain", "gone/empty"}, dir)
+	var names []string
+	for _, x := range got {
+		names = append(names, x.Strategy)
+	}
+	// sql/drain on PostgreSQL is replaced, on SQL Server kept; sqs/backlog
+	// did not run; gone/empty ran and produced nothing, so its old results go.
+	if want := []string{"new-pg", "old-ms", "old-sqs"}; !slices.Equal(names, want) {
+		t.Fatalf("merged %v, want %v", names, want)
 	}
 }

@@ -29,6 +29,13 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // parse parses args allowing flags after positional arguments
 // ("dlq show 42 --url …") and returns the positional ones.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {

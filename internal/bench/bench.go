@@ -13,8 +13,12 @@ import (
 // Result is one scenario run for one strategy (Berth, a baseline, another
 // library) at one setting (instance count, backlog size).
 type Result struct {
-	Scenario  string             `json:"scenario"`  // e.g. "sql/drain"
-	Strategy  string             `json:"strategy"`  // e.g. "berth", "peek-baseline", "watermill-sql"
+	Scenario string `json:"scenario"` // e.g. "sql/drain"
+	Strategy string `json:"strategy"` // e.g. "berth", "peek-baseline", "watermill-sql"
+	// Database is the database a SQL scenario ran on when it is not
+	// PostgreSQL, the sql/ scenarios' usual one: "sqlserver". Results on
+	// different databases are charted apart.
+	Database  string             `json:"database,omitempty"`
 	Instances int                `json:"instances"` // competing subscriber instances
 	Messages  int                `json:"messages"`  // messages processed
 	Duration  time.Duration      `json:"duration_ns"`
@@ -33,22 +37,32 @@ type Point struct {
 
 // Env is what a scenario gets from `berth bench`.
 type Env struct {
-	PostgresURL string // "" when unavailable
-	SQSEndpoint string // "" when unavailable
+	PostgresURL  string // "" when unavailable
+	SQSEndpoint  string // "" when unavailable
+	SQLServerURL string // sqlserver://…; "" when unavailable
 	// Scale multiplies sizes and durations (1 = the documented full size;
 	// tests run a fraction).
 	Scale float64
 	// Progress reports completion in [0, 1] with a short status.
 	Progress func(fraction float64, status string)
+	// Note, when set, receives remarks for whoever reads the output: what
+	// was left out of a run and why, what could not be measured. `berth
+	// bench` prints each once, after the scenario's progress bar.
+	Note func(remark string)
 }
 
 // Scenario is one benchmark scenario.
 type Scenario struct {
 	Name        string // "sql/steady"
 	Description string
-	// Needs lists the services the scenario requires: "postgres", "sqs".
+	// Needs lists the services the scenario requires, every one of them:
+	// "postgres", "sqs", "sqlserver".
 	Needs []string
-	Run   func(ctx context.Context, env Env) ([]Result, error)
+	// NeedsOneOf lists services of which the scenario requires at least
+	// one, running on each that is configured (the sql/ scenarios:
+	// "postgres", "sqlserver").
+	NeedsOneOf []string
+	Run        func(ctx context.Context, env Env) ([]Result, error)
 }
 
 var (

@@ -12,18 +12,23 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Counter counts what a set of connection pools sends to PostgreSQL, at the
-// driver: round trips on the wire and statements by kind. One Counter is
-// shared by every pool of one strategy run, so the three strategies are
-// measured by the same code.
+// Counter counts what a set of connection pools sends to the database, at
+// the driver: round trips on the wire and, on PostgreSQL, statements by
+// kind. One Counter is shared by every pool of one strategy run, so the
+// strategies are measured by the same code. On SQL Server it wraps
+// go-mssqldb's connections (Connector.Dialer) for round trips and
+// connections only: the statements are the engine's own counts there.
 //
 // A round trip is a client write that follows a server reply (or opens the
-// connection): a statement sent as Parse/Bind/Execute/Sync in one flush is
-// one round trip; an implicit prepare before it is another; a pgx liveness
-// ping on a pooled connection, a transaction's BEGIN and COMMIT, the
-// connection handshake and a cancel request all count. Notifications that
-// arrive without a request (LISTEN) and the Terminate message that closes a
-// connection do not.
+// connection). On PostgreSQL a statement sent as Parse/Bind/Execute/Sync in
+// one flush is one round trip; an implicit prepare before it is another; a
+// pgx liveness ping on a pooled connection, a transaction's BEGIN and
+// COMMIT, the connection handshake and a cancel request all count.
+// Notifications that arrive without a request (LISTEN) and the Terminate
+// message that closes a connection do not. On SQL Server a request is one
+// round trip however many TDS packets it takes; a transaction's begin and
+// commit requests, the pre-login, TLS and login exchanges and an attention
+// (cancel) all count.
 //
 // Statements are counted by a pgx query tracer: every Query and Exec,
 // including BEGIN and COMMIT, each once, whatever the wire did for it. A
@@ -95,8 +100,9 @@ func (c *Counter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trace
 	}
 }
 
-// dial wraps a pgx DialFunc so that every connection counts its round trips.
-func (c *Counter) dial(base pgconnDialFunc) pgconnDialFunc {
+// dial wraps a dial function (pgx's DialFunc, a go-mssqldb Dialer's
+// DialContext) so that every connection counts its round trips.
+func (c *Counter) dial(base dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := base(ctx, network, addr)
 		if err != nil {
@@ -109,7 +115,7 @@ func (c *Counter) dial(base pgconnDialFunc) pgconnDialFunc {
 	}
 }
 
-type pgconnDialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // countingConn counts a round trip at each write that follows a read.
 type countingConn struct {

@@ -1,13 +1,17 @@
 // Package sqlbench is the SQL benchmark of issue 3: Berth's PostgreSQL
 // transport against a classic peek-then-fan-out receive and against
 // github.com/ThreeDotsLabs/watermill-sql/v4, on the same database, back to
-// back in the same run. Importing it registers the scenarios sql/steady and
-// sql/drain with package bench, for `berth bench`; the Go benchmarks
-// BenchmarkSteady and BenchmarkDrain run them at a reduced scale:
+// back in the same run; and Berth's SQL Server transport alone on SQL Server
+// (see SQL Server below). Importing it registers the scenarios sql/steady
+// and sql/drain with package bench, for `berth bench`, which runs them on
+// each database it is given; the Go benchmarks BenchmarkSteady and
+// BenchmarkDrain (PostgreSQL) and BenchmarkSQLServerSteady and
+// BenchmarkSQLServerDrain run them at a reduced scale:
 //
 //	go test -run '^$' -bench . -benchtime 1x ./internal/bench/sqlbench/
 //
-// with BERTH_TEST_POSTGRES_URL set (BERTH_BENCH_SCALE=1 for the full size).
+// with BERTH_TEST_POSTGRES_URL and/or BERTH_TEST_SQLSERVER_URL set
+// (BERTH_BENCH_SCALE=1 for the full size).
 //
 // # Scenarios
 //
@@ -44,4 +48,42 @@
 // children plus every live child, minus the harness's own backends), so it
 // needs the server on the same machine. Latency is publish to ack, handler
 // included. Counters are read after the subscribers close.
+//
+// # SQL Server
+//
+// With a sqlserver:// URL (go-mssqldb's parameters only) the same scenarios
+// run Berth's transport/sqlserver, each run in a fresh schema that is
+// dropped afterwards (every table, then the schema: SQL Server has no DROP
+// SCHEMA … CASCADE). Only "berth" runs there (SQLServerStrategies):
+// watermill-sql has no SQL Server adapter and the peek baseline's count
+// query is PostgreSQL's. Round trips are counted by the same net.Conn
+// wrapper, installed as go-mssqldb's Connector.Dialer (a TDS request of
+// several packets is one round trip; the pre-login and TLS handshakes
+// count); statements, receives and empty claims are the engine's own counts
+// (sqlqueue.Stats: every statement it sent, BEGIN and COMMIT included). The
+// server side comes from dynamic management views, which need VIEW SERVER
+// STATE (VIEW SERVER PERFORMANCE STATE from SQL Server 2022); without it the
+// results say "server CPU unavailable (VIEW SERVER STATE)" and carry none of
+// these:
+//   - db_cpu_ms_per_msg: the growth over the run of total_worker_time in
+//     sys.dm_exec_query_stats, summed over the cached statements whose text
+//     names the run's schema, less the publisher's INSERT and subscription
+//     lookup (told apart by their text). Statements only: logins and plan
+//     compilation are not in it, and a plan evicted (or, we expect, a
+//     statement recompiled) during the run may take what it had accumulated
+//     with it, so read it as a lower bound. db_cpu_mid_ms_per_msg is the
+//     same over the middle 80% of a drain.
+//   - db_session_cpu_ms_per_msg: cpu_time in sys.dm_exec_sessions (plus
+//     sys.dm_exec_requests for a request still running) of the subscriber
+//     instances' sessions, found by the "app name" the harness gives their
+//     connections, read at the last ack (a closed session leaves the view),
+//     so the instances' closing is not in it.
+//   - db_tx_per_msg and db_write_tx_per_msg: the growth of the database's
+//     "Transactions/sec" and "Write Transactions/sec" counters in
+//     sys.dm_os_performance_counters (running totals despite their names),
+//     for the whole database: the steady publisher's transactions and
+//     anything else using the database count too.
+//
+// The server's CPU from /proc, pg_stat_statements and the peek and
+// watermill-sql strategies have no SQL Server counterpart here.
 package sqlbench

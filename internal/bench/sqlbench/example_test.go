@@ -8,14 +8,15 @@ import (
 	_ "github.com/berth-go/berth/internal/bench/sqlbench"
 )
 
-// Importing the package registers its scenarios; `berth bench` runs them.
+// Importing the package registers its scenarios; `berth bench` runs them on
+// PostgreSQL, on SQL Server, or on both, whichever is configured.
 func Example() {
 	for _, s := range bench.Scenarios() {
 		if strings.HasPrefix(s.Name, "sql/") {
-			fmt.Println(s.Name, s.Needs)
+			fmt.Println(s.Name, "needs one of", s.NeedsOneOf)
 		}
 	}
 	// Output:
-	// sql/drain [postgres]
-	// sql/steady [postgres]
+	// sql/drain needs one of [postgres sqlserver]
+	// sql/steady needs one of [postgres sqlserver]
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/berth-go/berth/internal/bench"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -28,11 +27,6 @@ const metadataSentAt = "sqlbench_sent_ns"
 
 // topic is the topic every run uses, in its own schema.
 const topic = "sqlbench"
-
-// AuxRole is the role the harness creates, when it may, for its own
-// connections (publisher, schema setup, measurements), so that
-// pg_stat_statements can tell the subscribers' statements apart.
-const AuxRole = "berth_sqlbench_aux"
 
 // RunConfig is one strategy run: a number of competing instances consuming
 // either a backlog (drain) or a steady publish rate (steady).
@@ -60,95 +54,17 @@ type RunConfig struct {
 	Progress func(fraction float64)
 }
 
-// harness is what every run of one scenario shares: the server, its
-// measurement hooks and the harness's own role.
+// harness runs strategies on one database, back to back.
 type harness struct {
-	url     string
-	auxUser string // "" when the URL's user is used for everything
-	admin   *sql.DB
-	cpu     *serverCPU      // nil when the server is not local
-	pgss    *statStatements // nil when unavailable
-	notes   []string
+	db database
 	// runNotes are the current run's notes.
 	runNotes []string
 }
 
-// newHarness connects to the server and finds what it can measure.
-func newHarness(ctx context.Context, rawURL string) (*harness, error) {
-	cfg, err := pgx.ParseConfig(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("sqlbench: parse URL: %w", err)
-	}
-	h := &harness{url: rawURL}
-	admin, err := OpenPool(PoolConfig{URL: rawURL, MaxConns: 2})
-	if err != nil {
-		return nil, err
-	}
-	if err := admin.PingContext(ctx); err != nil {
-		_ = admin.Close()
-		return nil, fmt.Errorf("sqlbench: connect: %w", err)
-	}
-	h.admin = admin
-	// A separate role for the harness lets pg_stat_statements count only the
-	// subscribers. Creating it needs superuser; without it, statements of
-	// the harness count too and the cross-check says so.
-	if pgss := newStatStatements(ctx, admin, cfg.User); pgss != nil {
-		_, err := admin.ExecContext(ctx, `DO $$ BEGIN
-IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '`+AuxRole+`') THEN
-	CREATE ROLE `+AuxRole+` SUPERUSER LOGIN;
-END IF; END $$`)
-		if err == nil {
-			aux, err := OpenPool(PoolConfig{URL: rawURL, User: AuxRole, MaxConns: 2})
-			if err == nil && aux.PingContext(ctx) == nil {
-				_ = admin.Close()
-				h.admin, h.auxUser = aux, AuxRole
-			} else if aux != nil {
-				_ = aux.Close()
-			}
-		}
-		if h.auxUser == "" {
-			h.notes = append(h.notes, "pg_stat_statements includes the publisher's statements (no separate role)")
-		}
-		h.pgss = pgss
-		h.pgss.db = h.admin
-	}
-	if cpu, err := newServerCPU(ctx, h.admin); err == nil {
-		h.cpu = cpu
-		h.admin.SetMaxIdleConns(2)
-		// The harness's own backends are not the strategy's cost.
-		if err := h.excludeAdmin(ctx); err != nil {
-			h.cpu = nil
-		}
-	} else {
-		h.notes = append(h.notes, "no DB CPU: "+err.Error())
-	}
-	return h, nil
-}
+func newHarness(db database) *harness { return &harness{db: db} }
 
-// excludeAdmin leaves the admin pool's backends out of the CPU count.
-func (h *harness) excludeAdmin(ctx context.Context) error {
-	conns := make([]*sql.Conn, 0, 2)
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
-	for range 2 {
-		c, err := h.admin.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		conns = append(conns, c)
-		var pid int
-		if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-			return err
-		}
-		h.cpu.Exclude(pid)
-	}
-	return nil
-}
-
-func (h *harness) Close() error { return h.admin.Close() }
+// Close closes the database's own pools.
+func (h *harness) Close() error { return h.db.close() }
 
 // tracker records processed messages.
 type tracker struct {
@@ -246,11 +162,11 @@ func uniqueSchema(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
-// Run runs one strategy under rc and measures it.
+// Run runs one strategy under rc on h's database, in a fresh schema, and
+// measures it.
 func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err error) {
-	st, err := strategyByName(rc.Strategy)
-	if err != nil {
-		return res, err
+	if !slices.Contains(h.db.strategies(), rc.Strategy) {
+		return res, fmt.Errorf("sqlbench: strategy %q does not run on %s", rc.Strategy, h.db.name())
 	}
 	rc.InstancePool = orDefault(rc.InstancePool, DefaultInstancePool)
 	rc.Concurrency = orDefault(rc.Concurrency, 1)
@@ -260,22 +176,24 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 		progress = func(float64) {}
 	}
 
-	schema := uniqueSchema("sqlbench")
-	if _, err := h.admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		return res, fmt.Errorf("sqlbench: create schema: %w", err)
+	run, err := h.db.newRun(ctx)
+	if err != nil {
+		return res, err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_, _ = h.admin.ExecContext(dctx, `DROP SCHEMA `+schema+` CASCADE`)
-	}()
-
-	// The publisher's pool: its backends are left out of the CPU count.
-	aux, err := OpenPool(PoolConfig{URL: h.url, User: h.auxUser, Schema: schema, MaxConns: 4, OnConnect: func(pid uint32) {
-		if h.cpu != nil {
-			h.cpu.Exclude(int(pid))
+		if derr := run.drop(dctx); derr != nil && err == nil {
+			err = fmt.Errorf("sqlbench: drop the run's schema: %w", derr)
 		}
-	}})
+	}()
+	st, err := run.strategy(rc.Strategy)
+	if err != nil {
+		return res, err
+	}
+
+	// The publisher's pool.
+	aux, err := run.publisherPool()
 	if err != nil {
 		return res, err
 	}
@@ -300,27 +218,18 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 
 	// The measured window starts here.
 	ctr := NewCounter(st.isReceive)
-	var pgssCalls int64 = -1
-	if h.pgss != nil {
-		if err := h.pgss.Reset(ctx); err != nil {
-			return res, err
-		}
-	}
-	var cpuBefore cpuSample
-	if h.cpu != nil {
-		h.cpu.Quiesce(10 * time.Second)
-		if cpuBefore, err = h.cpu.Sample(); err != nil {
-			return res, err
-		}
+	if err := run.begin(ctx); err != nil {
+		return res, err
 	}
 	tr := newTracker()
 	if rc.Backlog > 0 {
 		tr.setTarget(rc.Backlog)
 	}
 	var mid *midWindow
-	if h.cpu != nil && rc.Backlog >= 100 && rc.Rate == 0 {
-		mid = startMidWindow(h.cpu, tr, rc.Backlog/10, rc.Backlog*9/10)
-		defer mid.stop()
+	if rc.Backlog >= 100 && rc.Rate == 0 {
+		if mid = run.midWindow(ctx, tr, rc.Backlog/10, rc.Backlog*9/10); mid != nil {
+			defer mid.stop()
+		}
 	}
 	start := time.Now()
 
@@ -353,7 +262,7 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	subCtx, cancelSubs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSubs()
 	for range rc.Instances {
-		db, err := OpenPool(PoolConfig{URL: h.url, Schema: schema, MaxConns: rc.InstancePool, Counter: ctr})
+		db, err := run.instancePool(rc.InstancePool, ctr)
 		if err != nil {
 			return res, err
 		}
@@ -440,39 +349,51 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 
 	// The measured time ends at the last ack. Counters are read once the
 	// subscribers have closed, so that every statement they sent is
-	// finished and counted alike by the driver and by pg_stat_statements
-	// (polls after the last message and the release on close are the
-	// strategy's cost too). Backends of closed connections keep their CPU
-	// time in the postmaster's cutime.
+	// finished and counted alike by the driver and by the server (polls
+	// after the last message and the release on close are the strategy's
+	// cost too); what the server can only tell while the instances are
+	// open is read before they close (dbRun.lastAck).
 	tr.mu.Lock()
 	processed := len(tr.seen)
 	end := tr.lastAck
 	lat := slices.Clone(tr.latencies)
 	dups := tr.dups
 	tr.mu.Unlock()
+	if err := run.lastAck(ctx); err != nil {
+		return res, err
+	}
 	var eng engineTotals
 	for _, in := range insts {
 		eng.add(in)
 	}
+	opened := slices.Clone(insts)
 	closeStart := time.Now()
 	if err := closeAll(); err != nil {
 		return res, fmt.Errorf("sqlbench: %s: close: %w", st.name, err)
 	}
 	closeTook := time.Since(closeStart)
 	snap := ctr.Snapshot()
-	if h.pgss != nil {
-		if pgssCalls, err = h.pgss.Calls(ctx); err != nil {
-			return res, err
+	statements, receives, empty := snap.Statements, snap.Receives, snap.EmptyClaims
+	if !h.db.tracesStatements() {
+		// The engine's own counts, once closed like the driver's: every
+		// statement it sent (BEGIN and COMMIT included), its claims and
+		// the claims that found nothing.
+		var closed engineTotals
+		for _, in := range opened {
+			closed.add(in)
 		}
+		statements, receives, empty = closed.st.RoundTrips(), closed.st.Claims, closed.st.EmptyClaims
 	}
-	var dbCPU time.Duration = -1
-	if h.cpu != nil {
-		h.cpu.Quiesce(10 * time.Second)
-		after, err := h.cpu.Sample()
-		if err != nil {
-			return res, err
+	per := func(v float64) float64 {
+		if processed == 0 {
+			return 0
 		}
-		dbCPU = after.Since(cpuBefore)
+		return v / float64(processed)
+	}
+	server := map[string]float64{}
+	dbNotes, err := run.end(ctx, server, per)
+	if err != nil {
+		return res, err
 	}
 	progress(1)
 
@@ -483,33 +404,22 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	res = bench.Result{
 		Scenario:  rc.Scenario,
 		Strategy:  st.name,
+		Database:  h.db.resultDatabase(),
 		Instances: rc.Instances,
 		Messages:  processed,
 		Duration:  elapsed,
-		Metrics:   map[string]float64{},
-	}
-	per := func(v float64) float64 {
-		if processed == 0 {
-			return 0
-		}
-		return v / float64(processed)
+		Metrics:   server,
 	}
 	m := res.Metrics
 	m["msg_per_s"] = float64(processed) / max(elapsed.Seconds(), 1e-9)
 	m["round_trips_per_msg"] = per(float64(snap.RoundTrips))
-	m["statements_per_msg"] = per(float64(snap.Statements))
-	m["receives_per_msg"] = per(float64(snap.Receives + eng.peeks))
-	m["empty_claims_per_msg"] = per(float64(snap.EmptyClaims + eng.emptyPeeks))
+	m["statements_per_msg"] = per(float64(statements))
+	m["receives_per_msg"] = per(float64(receives + eng.peeks))
+	m["empty_claims_per_msg"] = per(float64(empty + eng.emptyPeeks))
 	m["connections"] = float64(snap.Conns)
 	m["published"] = float64(published)
 	m["backlog_left"] = float64(published - processed)
 	m["duplicates"] = float64(dups)
-	if pgssCalls >= 0 {
-		m["pgss_calls_per_msg"] = per(float64(pgssCalls))
-	}
-	if dbCPU >= 0 {
-		m["db_cpu_ms_per_msg"] = per(float64(dbCPU) / float64(time.Millisecond))
-	}
 	if mid != nil {
 		if v, ok := mid.result(); ok {
 			m["db_cpu_mid_ms_per_msg"] = v
@@ -535,9 +445,10 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	if timedOut {
 		notes = append(notes, fmt.Sprintf("stopped with %d of %d messages processed", processed, published))
 	}
+	notes = append(notes, dbNotes...)
 	notes = append(notes, h.runNotes...)
 	h.runNotes = nil
-	notes = append(notes, h.notes...)
+	notes = append(notes, h.db.notes()...)
 	res.Notes = joinNotes(notes)
 	return res, nil
 }
@@ -647,7 +558,9 @@ type midWindow struct {
 	ok      bool
 }
 
-func startMidWindow(cpu *serverCPU, tr *tracker, lo, hi int) *midWindow {
+// startMidWindow samples the server's CPU with sample when the lo-th and the
+// hi-th message are processed; since is the CPU used between two samples.
+func startMidWindow[S any](sample func() (S, error), since func(after, before S) time.Duration, tr *tracker, lo, hi int) *midWindow {
 	w := &midWindow{done: make(chan struct{}), quit: make(chan struct{})}
 	loC, hiC := tr.mark(lo), tr.mark(hi)
 	go func() {
@@ -658,7 +571,7 @@ func startMidWindow(cpu *serverCPU, tr *tracker, lo, hi int) *midWindow {
 			return
 		}
 		n0 := tr.processed.Load()
-		s0, err := cpu.Sample()
+		s0, err := sample()
 		if err != nil {
 			return
 		}
@@ -667,12 +580,12 @@ func startMidWindow(cpu *serverCPU, tr *tracker, lo, hi int) *midWindow {
 		case <-w.quit:
 			return
 		}
-		s1, err := cpu.Sample()
+		s1, err := sample()
 		n1 := tr.processed.Load()
 		if err != nil || n1 <= n0 {
 			return
 		}
-		w.cpu, w.msgs, w.ok = s1.Since(s0), n1-n0, true
+		w.cpu, w.msgs, w.ok = since(s1, s0), n1-n0, true
 	}()
 	return w
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/berth-go/berth/internal/bench"
@@ -40,20 +41,29 @@ const (
 // DrainInstances are the instance counts of the drain scenario.
 var DrainInstances = []int{1, 4, 12}
 
+// Services the scenarios run on (bench.Scenario.NeedsOneOf), each that is
+// configured: PostgreSQL (bench.Env.PostgresURL) with every strategy, SQL
+// Server (bench.Env.SQLServerURL) with SQLServerStrategies.
+const (
+	ServicePostgres  = "postgres"
+	ServiceSQLServer = "sqlserver"
+)
+
 func init() {
 	bench.Register(bench.Scenario{
 		Name: ScenarioSteady,
 		Description: fmt.Sprintf("%d competing instances × concurrency %d, %s handler, steady %.0f msg/s for %s on PostgreSQL: "+
-			"Berth vs a peek-then-fan-out baseline vs watermill-sql", SteadyInstances, SteadyConcurrency, SteadyHandler, SteadyRate, SteadyDuration),
-		Needs: []string{"postgres"},
-		Run:   RunSteady,
+			"Berth vs a peek-then-fan-out baseline vs watermill-sql; on SQL Server: Berth alone",
+			SteadyInstances, SteadyConcurrency, SteadyHandler, SteadyRate, SteadyDuration),
+		NeedsOneOf: []string{ServicePostgres, ServiceSQLServer},
+		Run:        RunSteady,
 	})
 	bench.Register(bench.Scenario{
 		Name: ScenarioDrain,
 		Description: fmt.Sprintf("a %d-message backlog drained by %v instances, %s handler, on PostgreSQL: "+
-			"Berth vs a peek-then-fan-out baseline vs watermill-sql", DrainBacklog, DrainInstances, DrainHandler),
-		Needs: []string{"postgres"},
-		Run:   RunDrain,
+			"Berth vs a peek-then-fan-out baseline vs watermill-sql; on SQL Server: Berth alone", DrainBacklog, DrainInstances, DrainHandler),
+		NeedsOneOf: []string{ServicePostgres, ServiceSQLServer},
+		Run:        RunDrain,
 	})
 }
 
@@ -117,39 +127,103 @@ func DrainConfigs(scale float64) []RunConfig {
 	return out
 }
 
-// RunSteady is the sql/steady scenario.
+// RunSteady is the sql/steady scenario, on each database env configures.
 func RunSteady(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 	return runAll(ctx, env, SteadyConfigs(env.Scale))
 }
 
-// RunDrain is the sql/drain scenario.
+// RunDrain is the sql/drain scenario, on each database env configures.
 func RunDrain(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 	return runAll(ctx, env, DrainConfigs(env.Scale))
 }
 
-// runAll runs rcs in order on env's server, reporting overall progress.
+// target is one database a scenario runs on.
+type target struct {
+	name       string // a Service… constant
+	url        string
+	strategies []string
+	open       func(ctx context.Context, url string) (database, error)
+}
+
+// targets returns the databases env configures, PostgreSQL first.
+func targets(env bench.Env) []target {
+	var ts []target
+	if env.PostgresURL != "" {
+		ts = append(ts, target{ServicePostgres, env.PostgresURL, Strategies, func(ctx context.Context, u string) (database, error) {
+			return openPostgres(ctx, u)
+		}})
+	}
+	if env.SQLServerURL != "" {
+		ts = append(ts, target{ServiceSQLServer, env.SQLServerURL, SQLServerStrategies, func(ctx context.Context, u string) (database, error) {
+			return openSQLServer(ctx, u)
+		}})
+	}
+	return ts
+}
+
+// only returns the configs of rcs whose strategy is in strategies.
+func only(rcs []RunConfig, strategies []string) []RunConfig {
+	var out []RunConfig
+	for _, rc := range rcs {
+		if slices.Contains(strategies, rc.Strategy) {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
+// runAll runs rcs in order on each database env configures (on SQL Server,
+// Berth's runs alone), reporting overall progress. Every database is
+// connected to first, so that a wrong URL fails before the first run.
 func runAll(ctx context.Context, env bench.Env, rcs []RunConfig) ([]bench.Result, error) {
-	if env.PostgresURL == "" {
-		return nil, errors.New("sqlbench: needs PostgreSQL (bench.Env.PostgresURL)")
+	ts := targets(env)
+	if len(ts) == 0 {
+		return nil, errors.New("sqlbench: needs PostgreSQL (bench.Env.PostgresURL) or SQL Server (bench.Env.SQLServerURL)")
 	}
-	h, err := newHarness(ctx, env.PostgresURL)
-	if err != nil {
-		return nil, err
+	hs := make([]*harness, 0, len(ts))
+	defer func() {
+		for _, h := range hs {
+			_ = h.Close()
+		}
+	}()
+	total := 0
+	for _, t := range ts {
+		db, err := t.open(ctx, t.url)
+		if err != nil {
+			return nil, err
+		}
+		hs = append(hs, newHarness(db))
+		total += len(only(rcs, t.strategies))
+		// PostgreSQL's remarks stay in its results' notes, as they always
+		// have.
+		if env.Note != nil && t.name != ServicePostgres {
+			for _, n := range db.notes() {
+				env.Note(n)
+			}
+		}
 	}
-	defer h.Close()
 	progress := progressOf(env)
 	var out []bench.Result
-	for i, rc := range rcs {
-		status := fmt.Sprintf("%s %s ×%d", rc.Scenario, rc.Strategy, rc.Instances)
-		progress(float64(i)/float64(len(rcs)), status)
-		rc.Progress = func(f float64) {
-			progress((float64(i)+min(max(f, 0), 1))/float64(len(rcs)), status)
+	done := 0
+	for i, t := range ts {
+		suffix := ""
+		if t.name != ServicePostgres {
+			suffix = " on " + t.name
 		}
-		r, err := h.Run(ctx, rc)
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", status, err)
+		for _, rc := range only(rcs, t.strategies) {
+			status := fmt.Sprintf("%s %s ×%d%s", rc.Scenario, rc.Strategy, rc.Instances, suffix)
+			base, n := float64(done), float64(max(total, 1))
+			progress(base/n, status)
+			rc.Progress = func(f float64) {
+				progress((base+min(max(f, 0), 1))/n, status)
+			}
+			r, err := hs[i].Run(ctx, rc)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", status, err)
+			}
+			out = append(out, r)
+			done++
 		}
-		out = append(out, r)
 	}
 	progress(1, "done")
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,16 +35,13 @@ func benchScale(tb testing.TB) float64 {
 	return 0.05
 }
 
-// runBench runs each config as a sub-benchmark and reports its metrics.
-func runBench(b *testing.B, rcs []RunConfig) {
-	url := testenv.PostgresURL(b)
+// runBench runs each config whose strategy runs on db as a sub-benchmark
+// and reports its metrics.
+func runBench(b *testing.B, db database, rcs []RunConfig) {
 	ctx := context.Background()
-	h, err := newHarness(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := newHarness(db)
 	defer h.Close()
-	for _, rc := range rcs {
+	for _, rc := range only(rcs, db.strategies()) {
 		b.Run(fmt.Sprintf("%s/instances=%d", rc.Strategy, rc.Instances), func(b *testing.B) {
 			var last bench.Result
 			for b.Loop() {
@@ -54,7 +52,8 @@ func runBench(b *testing.B, rcs []RunConfig) {
 				last = r
 			}
 			for _, k := range []string{"msg_per_s", "round_trips_per_msg", "statements_per_msg", "pgss_calls_per_msg",
-				"empty_claims_per_msg", "db_cpu_ms_per_msg", "db_cpu_mid_ms_per_msg", "p50_ms", "p99_ms", "backlog_left"} {
+				"empty_claims_per_msg", "db_cpu_ms_per_msg", "db_cpu_mid_ms_per_msg", "db_session_cpu_ms_per_msg",
+				"db_tx_per_msg", "db_write_tx_per_msg", "p50_ms", "p99_ms", "backlog_left"} {
 				if v, ok := last.Metrics[k]; ok {
 					b.ReportMetric(v, k)
 				}
@@ -66,31 +65,61 @@ func runBench(b *testing.B, rcs []RunConfig) {
 	}
 }
 
+// openTestPostgres opens the PostgreSQL at BERTH_TEST_POSTGRES_URL (skipping, or
+// failing under CI, without it).
+func openTestPostgres(tb testing.TB) *postgresDB {
+	db, err := openPostgres(context.Background(), testenv.PostgresURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
+// openTestSQLServer opens the SQL Server at BERTH_TEST_SQLSERVER_URL
+// (skipping without it, even under CI).
+func openTestSQLServer(tb testing.TB) *sqlServerDB {
+	db, err := openSQLServer(context.Background(), testenv.SQLServerURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
 // BenchmarkDrain drains a backlog with 1, 4 and 12 instances of each
-// strategy (sql/drain at BERTH_BENCH_SCALE, default 0.05):
+// strategy on PostgreSQL (sql/drain at BERTH_BENCH_SCALE, default 0.05):
 //
 //	go test -run '^$' -bench Drain -benchtime 1x ./internal/bench/sqlbench/
 func BenchmarkDrain(b *testing.B) {
-	runBench(b, DrainConfigs(benchScale(b)))
+	runBench(b, openTestPostgres(b), DrainConfigs(benchScale(b)))
 }
 
-// BenchmarkSteady runs each strategy under a steady load (sql/steady at
-// BERTH_BENCH_SCALE, default 0.05):
+// BenchmarkSteady runs each strategy under a steady load on PostgreSQL
+// (sql/steady at BERTH_BENCH_SCALE, default 0.05):
 //
 //	go test -run '^$' -bench Steady -benchtime 1x ./internal/bench/sqlbench/
 func BenchmarkSteady(b *testing.B) {
-	runBench(b, SteadyConfigs(benchScale(b)))
+	runBench(b, openTestPostgres(b), SteadyConfigs(benchScale(b)))
+}
+
+// BenchmarkSQLServerDrain is BenchmarkDrain on the SQL Server at
+// BERTH_TEST_SQLSERVER_URL, Berth alone:
+//
+//	go test -run '^$' -bench SQLServerDrain -benchtime 1x ./internal/bench/sqlbench/
+func BenchmarkSQLServerDrain(b *testing.B) {
+	runBench(b, openTestSQLServer(b), DrainConfigs(benchScale(b)))
+}
+
+// BenchmarkSQLServerSteady is BenchmarkSteady on the SQL Server at
+// BERTH_TEST_SQLSERVER_URL, Berth alone.
+func BenchmarkSQLServerSteady(b *testing.B) {
+	runBench(b, openTestSQLServer(b), SteadyConfigs(benchScale(b)))
 }
 
 // TestRunSmoke runs one tiny drain and one tiny steady run of every
 // strategy on a real PostgreSQL and checks that the measurements are there.
 func TestRunSmoke(t *testing.T) {
-	url := testenv.PostgresURL(t)
 	ctx := context.Background()
-	h, err := newHarness(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(openTestPostgres(t))
 	defer h.Close()
 	for _, s := range Strategies {
 		t.Run(s, func(t *testing.T) {
@@ -106,7 +135,55 @@ func TestRunSmoke(t *testing.T) {
 			if r.Metrics["round_trips_per_msg"] <= 0 || r.Metrics["statements_per_msg"] <= 0 {
 				t.Fatalf("no round trips counted: %v", r.Metrics)
 			}
+			if r.Database != "" {
+				t.Fatalf("Database = %q on PostgreSQL, want \"\"", r.Database)
+			}
 			t.Logf("drain: %v %s", r.Metrics, r.Notes)
+		})
+	}
+}
+
+// TestRunSmokeSQLServer runs one tiny drain and one short steady run of
+// Berth on the SQL Server at BERTH_TEST_SQLSERVER_URL and checks the
+// measurements: round trips at the driver always, the server's CPU and
+// transactions when the login has VIEW SERVER STATE (otherwise the notes
+// say so). Run fails when a run's schema is still there after its drop.
+func TestRunSmokeSQLServer(t *testing.T) {
+	ctx := context.Background()
+	db := openTestSQLServer(t)
+	h := newHarness(db)
+	defer h.Close()
+	drain := DrainConfigs(0.01)[0]
+	drain.Instances, drain.Backlog = 2, 200
+	steady := SteadyConfigs(0.01)[0]
+	steady.Instances, steady.Rate, steady.Duration, steady.Grace = 2, 50, 2*time.Second, 5*time.Second
+	for _, rc := range []RunConfig{drain, steady} {
+		t.Run(rc.Scenario, func(t *testing.T) {
+			r, err := h.Run(ctx, rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Database != "sqlserver" || r.Strategy != StrategyBerth {
+				t.Fatalf("result on %q by %q, want sqlserver, berth", r.Database, r.Strategy)
+			}
+			if r.Messages != int(r.Metrics["published"]) || r.Messages == 0 || r.Metrics["duplicates"] != 0 {
+				t.Fatalf("processed %d of %v (duplicates %v): %s", r.Messages, r.Metrics["published"], r.Metrics["duplicates"], r.Notes)
+			}
+			for _, k := range []string{"round_trips_per_msg", "statements_per_msg", "connections"} {
+				if r.Metrics[k] <= 0 {
+					t.Errorf("%s = %v, want > 0", k, r.Metrics[k])
+				}
+			}
+			if db.dmv {
+				for _, k := range []string{"db_cpu_ms_per_msg", "db_session_cpu_ms_per_msg"} {
+					if _, ok := r.Metrics[k]; !ok {
+						t.Errorf("no %s with VIEW SERVER STATE", k)
+					}
+				}
+			} else if !strings.Contains(r.Notes, NoServerState) {
+				t.Errorf("no DMV access and the notes do not say so: %s", r.Notes)
+			}
+			t.Logf("%v %s", r.Metrics, r.Notes)
 		})
 	}
 }

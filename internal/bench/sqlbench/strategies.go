@@ -11,6 +11,7 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlserver"
 )
 
 // Strategy names, as they appear in bench.Result.Strategy.
@@ -24,13 +25,16 @@ const (
 var Strategies = []string{StrategyBerth, StrategyPeek, StrategyWatermillSQL}
 
 // DefaultInstancePool is the connection pool size of each subscriber
-// instance, for every strategy (Berth's postgres.DefaultMaxOpenConns).
+// instance, for every strategy and on every database (Berth's
+// postgres.DefaultMaxOpenConns; on SQL Server too, so that the scenario
+// keeps its shape, rather than sqlserver.DefaultMaxOpenConns).
 const DefaultInstancePool = postgres.DefaultMaxOpenConns
 
-// strategy is one way of consuming a queue table on PostgreSQL.
+// strategy is one way of consuming a queue table.
 type strategy struct {
 	name string
-	// isReceive classifies statements for the empty-claim count.
+	// isReceive classifies statements for the empty-claim count, where
+	// the driver traces them (PostgreSQL).
 	isReceive func(sql string) bool
 	// initialize creates topic's tables, on db (not counted).
 	initialize func(db *sql.DB, topic string) error
@@ -160,6 +164,43 @@ func watermillSQLStrategy() strategy {
 				return instance{}, err
 			}
 			return instance{Subscriber: s}, nil
+		},
+	}
+}
+
+// sqlServerBerthStrategy is Berth's SQL Server subscriber in schema: the
+// same engine and pipeline as "berth" on PostgreSQL, with the SQL Server
+// dialect. Subscribers in other pools get no wake-up from a Publish (SQL
+// Server has no NOTIFY): they find new rows by their poll, as separate
+// processes would.
+func sqlServerBerthStrategy(schema string) strategy {
+	tables := sqlqueue.Tables{Schema: schema}
+	newSub := func(db *sql.DB, concurrency int) (*sqlqueue.Subscriber, error) {
+		return sqlserver.NewSubscriber(sqlserver.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
+			DB:       db,
+			Tables:   tables,
+			Pipeline: transport.PipelineConfig{Concurrency: concurrency},
+		}}, nil)
+	}
+	return strategy{
+		name: StrategyBerth,
+		initialize: func(db *sql.DB, topic string) error {
+			s, err := newSub(db, 0)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.SubscribeInitialize(topic)
+		},
+		newPublisher: func(db *sql.DB) (message.Publisher, error) {
+			return sqlserver.NewPublisher(sqlserver.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db, Tables: tables}}, nil)
+		},
+		newInstance: func(db *sql.DB, concurrency int) (instance, error) {
+			s, err := newSub(db, concurrency)
+			if err != nil {
+				return instance{}, err
+			}
+			return instance{Subscriber: s, engine: s.Stats}, nil
 		},
 	}
 }
