@@ -36,6 +36,38 @@
 // time-to-live are dropped and counted. Delayed rows need no separate job:
 // due_at is part of the claim predicate and of the pending index.
 //
+// # Statement retries
+//
+// A dialect implementing TransientClassifier tells transient database
+// errors apart: a deadlock victim, a lock timeout, a serialization
+// failure, a database failing over or throttling, a lost connection. The
+// engine runs the failed operation again, up to three more times, after
+// 10, 20 and 40 ms (each jittered to between half and all of it, and cut
+// short when the operation's context ends), counts each new run in
+// Stats.StatementRetries and logs the operation once, when it ends, at
+// Info. What runs again, and after which errors:
+//
+//   - The fenced follow-ups (Begin, Complete, Renew, Retry, Release,
+//     DeadLetter), after any transient error. Fenced on owner token and
+//     state, a second run touches none of the rows a first run committed
+//     before its reply was lost; those rows read as transport.ErrLeaseLost,
+//     and no row is settled twice.
+//   - Claims, after any transient error. A claim rolled back claimed
+//     nothing; one whose reply was lost leaves its rows fetched under an
+//     owner token nobody holds, and the sweeper returns them to pending
+//     after the fetch timeout, attempts unchanged.
+//   - Sweeps, after any transient error, as a whole transaction.
+//   - Publish inserts, only after an error that guarantees they did not
+//     commit (TransientClassifier.NotCommitted: a deadlock victim, a lock
+//     timeout, a login refused during a fail-over, a statement never
+//     sent). After a connection lost mid-statement the insert may have
+//     committed, and running it again could publish every message twice:
+//     Publish returns the error. Inserts in the caller's transaction
+//     (WithTx) never run again.
+//
+// Operations of several statements run in one transaction and run again
+// whole, never from the statement that failed.
+//
 // # Publishing
 //
 // One multi-row INSERT per Publish call and queue; publishing a topic

@@ -103,14 +103,20 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, q := range queues {
 		stmts = append(stmts, p.e.d.Insert(q, rows)...)
 	}
-	if len(stmts) == 1 {
-		err = query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
-	} else {
-		err = inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+	// An insert runs again only after an error that guarantees it did not
+	// commit (a deadlock victim, a lock timeout, a login refused while the
+	// database fails over): after a connection lost mid-statement it may
+	// have committed, and a second run would publish every message twice.
+	// Several inserts run in one transaction, run again whole.
+	err = p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
+		if len(stmts) == 1 {
+			return query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
+		}
+		return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
 			_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
 			return err
 		})
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
 	}

@@ -23,6 +23,28 @@ type MissingTableClassifier interface {
 	IsMissingTable(err error) bool
 }
 
+// TransientClassifier is implemented by dialects that can tell a transient
+// error (the same statement run again may succeed) from a lasting one. The
+// engine then runs an operation again, up to three more times with a short
+// jittered backoff (see the package documentation, Statement retries):
+// the fenced follow-ups, claims, dead-letters and sweeps after any error
+// IsTransient reports, and publish inserts only after those NotCommitted
+// reports. Neither method may report a context's cancellation or deadline:
+// the caller gave up.
+type TransientClassifier interface {
+	// IsTransient reports whether err is worth running the statement (or
+	// transaction) again: the database rolled it back (a deadlock victim, a
+	// lock timeout, a serialization failure), refused it before running it
+	// (throttling, a database failing over), or the connection broke — in
+	// which case it may have committed before the reply was lost.
+	IsTransient(err error) bool
+	// NotCommitted reports whether err guarantees that the statement (or
+	// transaction) took no effect: a subset of IsTransient, without the
+	// errors after which it may have committed (a connection lost
+	// mid-statement).
+	NotCommitted(err error) bool
+}
+
 // engine is the state shared by one Publisher's or Subscriber's work: the
 // pool, the dialect, names, counters, and the schema already ensured.
 type engine struct {
@@ -31,6 +53,8 @@ type engine struct {
 	tables Tables
 	names  Names
 	ctrs   *Counters
+	// backoff runs operations again after transient errors (retry).
+	backoff backoff
 
 	mu       sync.Mutex
 	sharedOK bool
@@ -39,7 +63,7 @@ type engine struct {
 
 func newEngine(db *sql.DB, d Dialect, t Tables) *engine {
 	t = t.withDefaults()
-	return &engine{db: db, d: d, tables: t, names: NamesFor(d, t), ctrs: &Counters{}, queues: map[string]bool{}}
+	return &engine{db: db, d: d, tables: t, names: NamesFor(d, t), ctrs: &Counters{}, backoff: defaultBackoff, queues: map[string]bool{}}
 }
 
 func (e *engine) queue(topic, group string) Queue { return QueueFor(e.d, e.tables, topic, group) }

@@ -137,24 +137,32 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
 	var ds []*transport.Delivery
-	err := query(sctx, s.e.db, &s.e.ctrs.claims, s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout), func(r *sql.Rows) error {
-		var (
-			id       int64
-			uuid     string
-			headers  []byte
-			body     []byte
-			attempts int
-		)
-		if err := r.Scan(&id, &uuid, &headers, &body, &attempts); err != nil {
-			return err
-		}
-		ds = append(ds, &transport.Delivery{
-			ID:      strconv.FormatInt(id, 10),
-			Attempt: attempts,
-			Handle:  handle{Ref{ID: id, Owner: owner}},
-			Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
+	// A claim runs again after a transient error: one rolled back (a
+	// deadlock victim) claimed nothing; one whose reply was lost may have
+	// claimed rows, which no delivery here refers to: the sweeper returns
+	// them to pending after the fetch timeout, attempts unchanged.
+	st := s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout)
+	err := s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
+		ds = nil
+		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
+			var (
+				id       int64
+				uuid     string
+				headers  []byte
+				body     []byte
+				attempts int
+			)
+			if err := r.Scan(&id, &uuid, &headers, &body, &attempts); err != nil {
+				return err
+			}
+			ds = append(ds, &transport.Delivery{
+				ID:      strconv.FormatInt(id, 10),
+				Attempt: attempts,
+				Handle:  handle{Ref{ID: id, Owner: owner}},
+				Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
+			})
+			return nil
 		})
-		return nil
 	})
 	if err != nil {
 		// Rows claimed before the failure are left to the sweeper.
@@ -226,14 +234,18 @@ func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []err
 	defer cancel()
 	refs := refsOf(ds)
 	got := map[int64]int{}
-	err := query(sctx, s.e.db, &s.e.ctrs.begins, s.e.d.Begin(s.q, refs, s.cfg.Lease), func(r *sql.Rows) error {
-		var id int64
-		var attempts int
-		if err := r.Scan(&id, &attempts); err != nil {
-			return err
-		}
-		got[id] = attempts
-		return nil
+	st := s.e.d.Begin(s.q, refs, s.cfg.Lease)
+	err := s.e.retry(sctx, s.logger, "begin", idempotent, func() error {
+		clear(got)
+		return query(sctx, s.e.db, &s.e.ctrs.begins, st, func(r *sql.Rows) error {
+			var id int64
+			var attempts int
+			if err := r.Scan(&id, &attempts); err != nil {
+				return err
+			}
+			got[id] = attempts
+			return nil
+		})
 	})
 	if err != nil {
 		return []error{fmt.Errorf("sqlqueue: begin: %w", err)}
@@ -263,11 +275,18 @@ func refsOf(ds []*transport.Delivery) []Ref {
 }
 
 // fenced runs a statement returning touched ids and maps each delivery to
-// nil or ErrLeaseLost.
+// nil or ErrLeaseLost. A transient error runs it again: fenced on owner and
+// state, a second run touches nothing the first one committed (those rows
+// then read as lost), so no row is settled twice.
 func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, rt *countRef) []error {
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
-	ids, err := queryIDs(sctx, s.e.db, rt.n, st)
+	var ids []int64
+	err := s.e.retry(sctx, s.logger, rt.kind, idempotent, func() error {
+		var err error
+		ids, err = queryIDs(sctx, s.e.db, rt.n, st)
+		return err
+	})
 	if err != nil {
 		return []error{fmt.Errorf("sqlqueue: %s: %w", rt.kind, err)}
 	}
@@ -358,16 +377,18 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 	defer cancel()
 	stmts := s.e.d.DeadLetter(s.e.names, s.q, refOf(d), reason)
 	var ids []int64
-	var err error
-	if len(stmts) == 1 {
-		ids, err = runAll(sctx, s.e.db, &s.e.ctrs.deadLetters, stmts)
-	} else {
-		err = inTx(sctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
+	err := s.e.retry(sctx, s.logger, "dead-letter", idempotent, func() error {
+		var err error
+		if len(stmts) == 1 {
+			ids, err = runAll(sctx, s.e.db, &s.e.ctrs.deadLetters, stmts)
+			return err
+		}
+		return inTx(sctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
 			var err error
 			ids, err = runAll(sctx, tx, &s.e.ctrs.deadLetters, stmts)
 			return err
 		})
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("sqlqueue: dead-letter row %s of %s: %w", d.ID, s.q.Name, err)
 	}

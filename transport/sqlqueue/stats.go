@@ -11,7 +11,7 @@ type Counters struct {
 	begins, completes, renews, retries, releases atomic.Int64
 	deadLetters, inserts, sweeps, txs, other     atomic.Int64
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
-	published                                    atomic.Int64
+	published, statementRetries                  atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -40,6 +40,13 @@ type Stats struct {
 	DeadLettered int64 // rows moved to the error table (by settlement or sweep)
 	Expired      int64 // rows dropped past their time-to-live
 	Published    int64 // rows inserted
+
+	// StatementRetries counts operations run again after a transient
+	// database error (a deadlock victim, a lock timeout, a lost
+	// connection), once per new run; the new run's statements also count
+	// under their kind above. Not to be confused with Retries, the nack
+	// statements.
+	StatementRetries int64
 }
 
 // RoundTrips is the total of every round-trip field.
@@ -58,5 +65,6 @@ func (c *Counters) Snapshot() Stats {
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),
 		Expired: c.expired.Load(), Published: c.published.Load(),
+		StatementRetries: c.statementRetries.Load(),
 	}
 }

@@ -37,9 +37,11 @@ func (s *Source) sweepLoop() {
 		next := jitter(s.cfg.SweepInterval)
 		switch {
 		case err != nil:
-			s.logger.Error("sweep failed", err, nil)
+			safeLog(func() { s.logger.Error("sweep failed", err, nil) })
 		case res.Recovered+res.DeadLettered+res.Expired > 0:
-			s.logger.Debug("swept", watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired})
+			safeLog(func() {
+				s.logger.Debug("swept", watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired})
+			})
 			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit {
 				next = 0
 			}
@@ -56,9 +58,30 @@ func (s *Source) sweepLoop() {
 // this source's receive loop.
 func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
+	// A transient error runs the whole sweep again, in a new transaction:
+	// each of its statements selects by state and time, so a second run
+	// finds only what the first did not commit.
+	err := s.e.retry(ctx, s.logger, "sweep", idempotent, func() error {
+		res = SweepResult{}
+		return s.sweep(ctx, &res)
+	})
+	if err != nil {
+		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
+	}
+	s.e.ctrs.recovered.Add(int64(res.Recovered))
+	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered))
+	s.e.ctrs.expired.Add(int64(res.Expired))
+	if res.Recovered > 0 {
+		s.w.send()
+	}
+	return res, nil
+}
+
+// sweep runs one sweep transaction into res.
+func (s *Source) sweep(ctx context.Context, res *SweepResult) error {
 	rt := &s.e.ctrs.sweeps
 	max := s.cfg.Pipeline.MaxAttempts
-	err := inTx(ctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
+	return inTx(ctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
 		ok, err := lockAcquired(ctx, tx, rt, s.e.d.Lock(s.e.lockKey("sweep:"+s.q.Name), false))
 		if err != nil || !ok {
 			return err
@@ -80,14 +103,4 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
-	}
-	s.e.ctrs.recovered.Add(int64(res.Recovered))
-	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered))
-	s.e.ctrs.expired.Add(int64(res.Expired))
-	if res.Recovered > 0 {
-		s.w.send()
-	}
-	return res, nil
 }

@@ -1,0 +1,173 @@
+package sqlqueue
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// The statement retry policy (see the package documentation, Statement
+// retries): an operation that failed with a transient error runs again up
+// to retryAttempts more times, waiting retryBase, then twice as long each
+// time up to retryMax, each wait jittered to [d/2, d].
+const (
+	retryAttempts = 3
+	retryBase     = 10 * time.Millisecond
+	retryMax      = 100 * time.Millisecond
+)
+
+// retrySafety says after which transient errors an operation may run again.
+type retrySafety int
+
+const (
+	// idempotent operations may run again after any error that
+	// TransientClassifier.IsTransient reports, even one after which the
+	// first run may have committed: fenced follow-ups (a second run finds
+	// the rows already moved and touches none), claims (rows a lost claim
+	// took wait for the sweeper), sweeps.
+	idempotent retrySafety = iota
+	// notCommitted operations (inserts: a second run would insert the
+	// messages twice) run again only after an error that
+	// TransientClassifier.NotCommitted reports.
+	notCommitted
+)
+
+// backoff runs an operation again after retryable errors.
+type backoff struct {
+	attempts  int // further runs after the first
+	base, max time.Duration
+	// sleep waits d or until ctx is done (then it returns ctx.Err()).
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+var defaultBackoff = backoff{attempts: retryAttempts, base: retryBase, max: retryMax, sleep: sleepCtx}
+
+// run calls fn, and again after each error that retryable accepts, at most
+// b.attempts more times, waiting before each run; retried is called before
+// each new run with the error that caused it. It stops at once when ctx is
+// done, and returns fn's last error.
+func (b backoff) run(ctx context.Context, retryable func(error) bool, retried func(error), fn func() error) error {
+	delay := b.base
+	for n := 0; ; n++ {
+		err := fn()
+		if err == nil || n >= b.attempts || ctx.Err() != nil || !retryable(err) {
+			return err
+		}
+		if b.sleep(ctx, halfJitter(delay)) != nil {
+			return err
+		}
+		delay = min(delay*2, b.max)
+		retried(err)
+	}
+}
+
+// halfJitter returns a random duration in [d/2, d].
+func halfJitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retry runs fn under the engine's backoff when the dialect classifies
+// errors (TransientClassifier), once otherwise. Each new run counts in
+// Stats.StatementRetries; an operation that ran more than once is logged
+// once, when it ends, through logger. op names the operation in the log.
+// fn must start afresh on every call (reset what it collects) and, when it
+// runs several statements, run them in one transaction: a failed
+// transaction is run again whole, never from the statement that failed.
+func (e *engine) retry(ctx context.Context, logger watermill.LoggerAdapter, op string, safety retrySafety, fn func() error) error {
+	c, ok := e.d.(TransientClassifier)
+	if !ok {
+		return fn()
+	}
+	retryable := c.IsTransient
+	if safety == notCommitted {
+		retryable = c.NotCommitted
+	}
+	retries := 0
+	var first error
+	err := e.backoff.run(ctx, retryable, func(err error) {
+		if retries == 0 {
+			first = err
+		}
+		retries++
+		e.ctrs.statementRetries.Add(1)
+	}, fn)
+	if retries > 0 {
+		fields := watermill.LogFields{"statement": op, "retries": retries, "first_error": first.Error()}
+		msg := "statement succeeded after a transient database error"
+		if err != nil {
+			msg = "statement still failing after retrying a transient database error"
+			fields["last_error"] = err.Error()
+		}
+		safeLog(func() { logger.Info(msg, fields) })
+	}
+	return err
+}
+
+// safeLog runs a logging call; a logger that panics must not take the
+// caller (a settlement, the sweeper's goroutine) down with it. The
+// pipeline guards its own logging the same way.
+func safeLog(fn func()) {
+	defer func() { _ = recover() }()
+	fn()
+}
+
+// ConnectionLost reports whether err says the connection to the database
+// broke or could not be made: driver.ErrBadConn, an unexpected end of the
+// stream, a reset, aborted, refused or closed connection, or any other
+// network error but a read or write timeout (which may be a statement
+// that runs too long, not a lost connection). A statement whose connection
+// was lost may have committed before the reply was lost. Context errors are
+// never a lost connection. Dialects use it in
+// TransientClassifier.IsTransient.
+func ConnectionLost(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if NotSent(err) {
+		return true
+	}
+	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed,
+		syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && !ne.Timeout()
+}
+
+// NotSent reports whether err says the statement never reached the
+// database: driver.ErrBadConn (database/sql's contract: a driver returns it
+// only when nothing was sent on the connection), a refused connection or
+// a failed dial. Dialects use it in TransientClassifier.NotCommitted.
+func NotSent(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
