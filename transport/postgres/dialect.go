@@ -21,7 +21,8 @@ import (
 const WakeChannel = "berth_wake"
 
 // Dialect is the PostgreSQL dialect: every statement of the transport on
-// PostgreSQL is in this file.
+// PostgreSQL is in this file except the sweeper's DeadLetterStray (stray.go).
+// It also classifies errors (transient.go).
 type Dialect struct{}
 
 var (

@@ -12,11 +12,12 @@ import (
 )
 
 // Dialect is the SQLite dialect: every statement of the transport on SQLite
-// is in this file. Times are stored as integer Unix milliseconds, taken
-// from the process clock (the database is local) and passed as arguments,
-// so every statement of one transaction sees one "now". Writes are
-// serialised by SQLite itself, so claims need no SKIP LOCKED, and the
-// cluster lock is the transaction (BEGIN IMMEDIATE).
+// is in this file except the sweeper's DeadLetterStray (stray.go); it also
+// classifies errors (transient.go). Times are stored as integer Unix
+// milliseconds, taken from the process clock (the database is local) and
+// passed as arguments, so every statement of one transaction sees one
+// "now". Writes are serialised by SQLite itself, so claims need no SKIP
+// LOCKED, and the cluster lock is the transaction (BEGIN IMMEDIATE).
 type Dialect struct {
 	// Now returns the current time; nil is time.Now. For tests.
 	Now func() time.Time

@@ -154,6 +154,18 @@ type Dialect interface {
 	// table with reason, at most limit rows; the last statement returns one
 	// row per row moved.
 	DeadLetterExpired(n Names, q Queue, maxAttempts int, reason string, limit int) []Stmt
+	// DeadLetterStray moves the rows no other statement would ever touch —
+	// a leased state (StateFetched, StateProcessing) with a NULL
+	// lease_until, or a state other than StatePending, StateFetched and
+	// StateProcessing, as another tool or a bad migration may write them —
+	// to the error table, at most limit rows, atomically (the whole move
+	// or nothing). Each row's reason is computed from its state in SQL:
+	// "stray row: state <s> is not a known state" for an unknown state,
+	// else "stray row: state <s> with no lease". The last statement returns
+	// one row per row moved. Its predicate should be one the index over
+	// non-pending rows (see CreateQueue) can serve, so that a sweep does
+	// not read the pending backlog.
+	DeadLetterStray(n Names, q Queue, limit int) []Stmt
 	// DropExpired deletes pending rows whose expires_at has passed, at most
 	// limit; one result row per row dropped.
 	DropExpired(q Queue, limit int) Stmt

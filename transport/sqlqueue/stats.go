@@ -11,7 +11,7 @@ type Counters struct {
 	begins, completes, renews, retries, releases atomic.Int64
 	deadLetters, inserts, sweeps, txs, other     atomic.Int64
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
-	published, statementRetries                  atomic.Int64
+	published, stray, statementRetries           atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -38,8 +38,12 @@ type Stats struct {
 	LeaseLost    int64 // settlements refused because the fence did not match
 	Recovered    int64 // rows the sweeper returned to pending
 	DeadLettered int64 // rows moved to the error table (by settlement or sweep)
-	Expired      int64 // rows dropped past their time-to-live
-	Published    int64 // rows inserted
+	// Stray counts rows the sweeper moved to the error table because no
+	// statement would ever touch them (a fetched or processing row without
+	// a lease, an unknown state); they count in DeadLettered too.
+	Stray     int64
+	Expired   int64 // rows dropped past their time-to-live
+	Published int64 // rows inserted
 
 	// StatementRetries counts operations run again after a transient
 	// database error (a deadlock victim, a lock timeout, a lost
@@ -64,7 +68,7 @@ func (c *Counters) Snapshot() Stats {
 		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),
-		Expired: c.expired.Load(), Published: c.published.Load(),
+		Stray: c.stray.Load(), Expired: c.expired.Load(), Published: c.published.Load(),
 		StatementRetries: c.statementRetries.Load(),
 	}
 }

@@ -19,6 +19,10 @@ type SweepResult struct {
 	Recovered    int  // rows returned to pending
 	DeadLettered int  // processing rows whose last attempt's lease expired
 	Expired      int  // pending rows dropped past their time-to-live
+	// Stray counts rows moved to the error table because no statement
+	// would ever touch them: a fetched or processing row without a lease,
+	// or a state the engine does not know (Dialect.DeadLetterStray).
+	Stray int
 }
 
 func (s *Source) sweepLoop() {
@@ -38,11 +42,17 @@ func (s *Source) sweepLoop() {
 		switch {
 		case err != nil:
 			safeLog(func() { s.logger.Error("sweep failed", err, nil) })
-		case res.Recovered+res.DeadLettered+res.Expired > 0:
+		case res.Recovered+res.DeadLettered+res.Expired+res.Stray > 0:
 			safeLog(func() {
-				s.logger.Debug("swept", watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired})
+				fields := watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired, "stray": res.Stray}
+				if res.Stray > 0 {
+					// Rows written by something else than Berth: worth a look.
+					s.logger.Info("swept stray rows into the error table", fields)
+				} else {
+					s.logger.Debug("swept", fields)
+				}
 			})
-			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit {
+			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit || res.Stray == sweepLimit {
 				next = 0
 			}
 		}
@@ -51,11 +61,15 @@ func (s *Source) sweepLoop() {
 }
 
 // Sweep runs one sweep of the queue now, if no other instance is sweeping
-// it (a zero-wait cluster lock): rows whose fetch timeout or processing
-// lease expired return to pending (attempts unchanged), or go to the error
-// table when their expired attempt was the last (MaxAttempts); pending rows
-// past their time-to-live are dropped and counted. Any recovered row wakes
-// this source's receive loop.
+// it (a zero-wait cluster lock), in one transaction: stray rows (a fetched
+// or processing state without a lease, or an unknown state: written by
+// another tool or a bad migration, they would never be delivered,
+// recovered or dead-lettered) go to the error table with a reason; rows
+// whose fetch timeout or processing lease expired return to pending
+// (attempts unchanged), or go to the error table when their expired
+// attempt was the last (MaxAttempts); pending rows past their time-to-live
+// are dropped and counted. Any recovered row wakes this source's receive
+// loop.
 func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	// A transient error runs the whole sweep again, in a new transaction:
@@ -69,7 +83,8 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
 	}
 	s.e.ctrs.recovered.Add(int64(res.Recovered))
-	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered))
+	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered + res.Stray))
+	s.e.ctrs.stray.Add(int64(res.Stray))
 	s.e.ctrs.expired.Add(int64(res.Expired))
 	if res.Recovered > 0 {
 		s.w.send()
@@ -87,6 +102,13 @@ func (s *Source) sweep(ctx context.Context, res *SweepResult) error {
 			return err
 		}
 		res.Ran = true
+		// Strays first: Recover would otherwise return a row of an unknown
+		// state whose lease_until has passed to pending.
+		ids, err := runAll(ctx, tx, rt, s.e.d.DeadLetterStray(s.e.names, s.q, sweepLimit))
+		if err != nil {
+			return fmt.Errorf("dead-letter stray: %w", err)
+		}
+		res.Stray = len(ids)
 		if res.Recovered, err = queryCount(ctx, tx, rt, s.e.d.Recover(s.q, max, sweepLimit)); err != nil {
 			return fmt.Errorf("recover: %w", err)
 		}

@@ -165,6 +165,7 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"Recover":           {d.Recover(q, 0, 10)},
 		"DeadLetterExpired": d.DeadLetterExpired(n, q, 3, "r", 10),
 		"DropExpired":       {d.DropExpired(q, 10)},
+		"DeadLetterStray":   d.DeadLetterStray(n, q, 10),
 	}
 }
 
