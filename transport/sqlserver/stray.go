@@ -13,22 +13,29 @@ const strayReason = `CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state
 // DeadLetterStray implements sqlqueue.Dialect: one batch, atomic on its own
 // (XACT_ABORT and an explicit transaction, as DeadLetterExpired), that
 // deletes through a table variable and copies to the error table with each
-// row's reason.
+// row's reason. The queue name is the only string argument, declared
+// nvarchar(max) like every other (see Plan reuse).
 //
 // Index: state is a tinyint (0 to 255), so every stray row has state > 0
-// and is in the lease index (lease_until) INCLUDE (attempts) WHERE
-// state > 0; the predicate repeats that filter literally so the optimizer
-// can match it. The "lease_until IS NULL" arm alone would be a seek on
-// that index; the "state > 2" arm cannot be (state is neither a key nor
-// included), so the statement reads the whole filtered index — every
-// fetched and processing row, each with a key lookup for its state — but
-// never the pending backlog. Including state in the index (INCLUDE
-// (attempts, state)) would spare the lookups.
-func (Dialect) DeadLetterStray(n sqlqueue.Names, q sqlqueue.Queue, limit int) []sqlqueue.Stmt {
-	return []sqlqueue.Stmt{st(headNow+`SET XACT_ABORT ON;
+// and is in the lease index (lease_until) INCLUDE (attempts, state) WHERE
+// state > 0; the predicate repeats that filter literally, so the index
+// qualifies. "lease_until IS NULL" alone would be a seek; "state > 2"
+// cannot be (state is included, not a key), so the statement scans the
+// filtered index: every fetched and processing row, each filtered on the
+// state the index carries, with a key lookup only for the rows it moves,
+// never the pending backlog. The scan is pinned (INDEX, through a CTE as in
+// Claim, since a DELETE's target takes no INDEX hint): on a plan compiled
+// while the table was empty, the optimizer could otherwise pick the
+// clustered index, that is the whole queue, for every later sweep.
+func (d Dialect) DeadLetterStray(n sqlqueue.Names, q sqlqueue.Queue, limit int) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{st(headLocking+`SET XACT_ABORT ON;
 `+strayVar+`BEGIN TRANSACTION;
-DELETE TOP (@p1) FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state INTO @t
-WHERE state > 0 AND (lease_until IS NULL OR state > 2);
-`+copyToErrors(n.Errors, "@p2", strayReason), int64(limit), q.Name)}
+WITH s AS (
+	SELECT TOP (@p1) id, uuid, headers, body, attempts, created_at, state
+	FROM `+q.Table+` WITH (INDEX(`+d.QuoteIdent(q.Name+"_leased")+`), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE state > 0 AND (lease_until IS NULL OR state > 2)
+)
+DELETE FROM s
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state INTO @t;
+`+copyToErrors(n.Errors, "@p2", strayReason), int64(limit), nv(q.Name))}
 }

@@ -2,7 +2,10 @@ package sqlserver
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 // goldenDeadLetterStray is the exact text of DeadLetterStray for the
@@ -10,13 +13,18 @@ import (
 // Kept here rather than in golden_test.go; review changes against the
 // notes in docs/transports/sqlserver.md all the same.
 const goldenDeadLetterStray = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 SET XACT_ABORT ON;
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL, state tinyint NOT NULL);
 BEGIN TRANSACTION;
-DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state INTO @t
-WHERE state > 0 AND (lease_until IS NULL OR state > 2);
+WITH s AS (
+	SELECT TOP (@p1) id, uuid, headers, body, attempts, created_at, state
+	FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_leased]), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE state > 0 AND (lease_until IS NULL OR state > 2)
+)
+DELETE FROM s
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state INTO @t;
 INSERT INTO [app].[berth_errors] (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
 SELECT @p2, uuid, headers, body, attempts, CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state, N' is not a known state') ELSE CONCAT(N'stray row: state ', state, N' with no lease') END, id, created_at, @now FROM @t ORDER BY id;
 COMMIT TRANSACTION;
@@ -24,7 +32,7 @@ SELECT id FROM @t;`
 
 // TestDeadLetterStrayGolden pins the text and arguments of the stray
 // statement. Its predicate starts with the lease index's filter
-// (state > 0), literally, so the filtered index can serve it.
+// (state > 0), literally, so the filtered index it names qualifies.
 func TestDeadLetterStrayGolden(t *testing.T) {
 	got := Dialect{}.DeadLetterStray(testNames, testQueue, 1000)
 	if len(got) != 1 {
@@ -33,7 +41,33 @@ func TestDeadLetterStrayGolden(t *testing.T) {
 	if got[0].SQL != goldenDeadLetterStray {
 		t.Errorf("text changed:\n--- got\n%s\n--- want\n%s", got[0].SQL, goldenDeadLetterStray)
 	}
-	if want := []any{int64(1000), "berth_q_orders__billing"}; !reflect.DeepEqual(got[0].Args, want) {
+	if want := []any{int64(1000), nv("berth_q_orders__billing")}; !reflect.DeepEqual(got[0].Args, want) {
 		t.Errorf("args = %#v, want %#v", got[0].Args, want)
+	}
+}
+
+// The stray statement declares its parameters whatever the limit and the
+// queue name's length (go-mssqldb would declare a plain string
+// nvarchar(<its length>): a plan per length), checked on what reaches the
+// server (the fake).
+func TestDeadLetterStrayDeclarations(t *testing.T) {
+	f, db := openFake(t)
+	d := Dialect{}
+	for size := range 8 {
+		q := sqlqueue.QueueFor(d, testTables, strings.Repeat("t", 1+size*9), "")
+		for _, st := range d.DeadLetterStray(testNames, q, 1<<size) {
+			if _, err := db.ExecContext(t.Context(), st.SQL, st.Args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	calls := f.Calls()
+	if len(calls) != 8 {
+		t.Fatalf("%d calls reached the server, want 8", len(calls))
+	}
+	for _, c := range calls {
+		if c.Decls != "@p1 bigint,@p2 nvarchar(max)" {
+			t.Errorf("declarations %q, want @p1 bigint,@p2 nvarchar(max)", c.Decls)
+		}
 	}
 }

@@ -61,3 +61,37 @@ func TestTransientClassification(t *testing.T) {
 		})
 	}
 }
+
+// SQL Server's deadlock victim as go-mssqldb returns it off the wire (the
+// fake server answers the statement with error 1205) is transient and not
+// committed, and the same statement sent again goes through.
+func TestDeadlockVictimOffTheWire(t *testing.T) {
+	f, db := openFake(t)
+	d := Dialect{}
+	st := d.Complete(testQueue, testRefs)
+	run := func() error {
+		rows, err := db.QueryContext(t.Context(), st.SQL, st.Args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+		}
+		return rows.Err()
+	}
+	f.FailNext(1205, "Transaction (Process ID 52) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction.")
+	err := run()
+	var me mssql.Error
+	if !errors.As(err, &me) || me.Number != 1205 {
+		t.Fatalf("first run = %v, want mssql.Error 1205", err)
+	}
+	if !d.IsTransient(err) || !d.NotCommitted(err) {
+		t.Fatalf("IsTransient %v, NotCommitted %v; want both", d.IsTransient(err), d.NotCommitted(err))
+	}
+	if err := run(); err != nil {
+		t.Fatalf("second run = %v", err)
+	}
+	if calls := f.Calls(); len(calls) != 2 || calls[0].Stmt != calls[1].Stmt {
+		t.Fatalf("%d calls reached the server, want the same statement twice", len(calls))
+	}
+}
