@@ -262,7 +262,7 @@ RETURNING id`, d.now(), maxAttempts, maxAttempts, limit)
 // same rows (same now, same order, inside one write transaction).
 func (d Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
 	now := d.now()
-	sel := `SELECT id FROM ` + q.Table + ` WHERE state = 2 AND lease_until < ? AND attempts >= ? ORDER BY id LIMIT ?`
+	sel := `SELECT id FROM ` + q.Table + ` WHERE state <> 0 AND state = 2 AND lease_until < ? AND attempts >= ? ORDER BY lease_until, id LIMIT ?`
 	return []sqlqueue.Stmt{
 		st(`INSERT INTO `+n.Errors+` (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
 SELECT ?, uuid, headers, body, attempts, ?, id, created_at, ? FROM `+q.Table+`

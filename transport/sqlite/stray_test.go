@@ -148,7 +148,12 @@ func TestStrayPlanUsesLeaseIndex(t *testing.T) {
 	}
 	defer src.Close(ctx)
 	q := src.Queue()
-	for i, st := range d.DeadLetterStray(sqlqueue.NamesFor(d, sqlqueue.Tables{}), q, 1000) {
+	n := sqlqueue.NamesFor(d, sqlqueue.Tables{})
+	// The stray rows' move, and DeadLetterExpired's select (the first
+	// statement: "state <> 0" repeats the index's filter, which SQLite
+	// does not infer from "state = 2").
+	sts := append(d.DeadLetterStray(n, q, 1000), d.DeadLetterExpired(n, q, 3, "r", 1000)[0])
+	for i, st := range sts {
 		rows, err := db.Query(`EXPLAIN QUERY PLAN `+st.SQL, st.Args...)
 		if err != nil {
 			t.Fatal(err)
