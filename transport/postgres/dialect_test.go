@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -126,54 +125,5 @@ func TestQueueExistsNames(t *testing.T) {
 	want := []any{`"Ops"."berth_q_orders"`, `"Ops"."berth_q_orders_pending"`, `"Ops"."berth_q_orders_leased"`, `"Ops"."berth_q_orders_expiry"`}
 	if !reflect.DeepEqual(got.Args, want) {
 		t.Fatalf("args = %#v, want %#v", got.Args, want)
-	}
-}
-
-// Subscribing to an existing queue takes no lock on its table: a
-// transaction holding rows of it open (an outbox insert, a long statement)
-// does not block a starting subscriber, and the subscriber's start does
-// not stall the queue's traffic behind a CREATE INDEX.
-func TestSubscribeToExistingQueueTakesNoTableLock(t *testing.T) {
-	url := testenv.PostgresSchemaURL(t)
-	db, err := postgres.Open(url, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	pub := newPub(t, db)
-	if err := pub.Publish("locks", message.NewMessage("1", []byte("x"))); err != nil {
-		t.Fatal(err)
-	}
-	q := sqlqueue.QueueFor(postgres.Dialect{}, sqlqueue.Tables{}, "locks", "")
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO ` + q.Table + ` (uuid, headers, body) VALUES ('open', '{}', '')`); err != nil {
-		t.Fatal(err)
-	}
-
-	subDB, err := postgres.Open(url, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer subDB.Close()
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{DB: subDB}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch, err := sub.Subscribe(ctx, "locks")
-	if err != nil {
-		t.Fatalf("subscribe while a transaction holds the queue table: %v", err)
-	}
-	select {
-	case m := <-ch:
-		m.Ack()
-	case <-ctx.Done():
-		t.Fatal("no message while a transaction holds the queue table")
 	}
 }

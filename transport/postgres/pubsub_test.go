@@ -1,11 +1,14 @@
 package postgres_test
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"go.uber.org/goleak"
@@ -45,6 +48,88 @@ func openDB(t testing.TB, conns int) *sql.DB {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// newPub returns a publisher on db, closed at cleanup.
+func newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *sqlqueue.Publisher {
+	t.Helper()
+	c := sqlqueue.PublisherConfig{DB: db}
+	for _, m := range mut {
+		m(&c)
+	}
+	p, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// newSource returns a source on topic's queue without a sweeper, closed at
+// cleanup.
+func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.SubscriberConfig)) *sqlqueue.Source {
+	t.Helper()
+	c := testPipeline()
+	c.DB = db
+	c.Dialect = postgres.Dialect{}
+	c.SweepInterval = -1
+	for _, m := range mut {
+		m(&c)
+	}
+	s, err := sqlqueue.NewSource(context.Background(), c, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// publishN publishes n messages in one call (payload body-<i>, metadata
+// i=<i>) and returns their UUIDs in order.
+func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		ids[i] = watermill.NewUUID()
+		msgs[i] = message.NewMessage(ids[i], []byte(fmt.Sprintf("body-%d", i)))
+		msgs[i].Metadata.Set("i", fmt.Sprint(i))
+	}
+	if err := p.Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// rowStates counts table's rows by state.
+func rowStates(t *testing.T, db *sql.DB, table string) map[int]int {
+	t.Helper()
+	rows, err := db.Query(`SELECT state, count(*) FROM ` + table + ` GROUP BY state`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	m := map[int]int{}
+	for rows.Next() {
+		var s, n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		m[s] = n
+	}
+	return m
+}
+
+// waitFor polls cond until it holds, or fails t after d.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
 }
 
 func testPipeline() sqlqueue.SubscriberConfig {

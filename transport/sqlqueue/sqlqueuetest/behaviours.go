@@ -1,10 +1,8 @@
-package postgres_test
+package sqlqueuetest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,88 +11,23 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
-	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
-func newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *sqlqueue.Publisher {
-	t.Helper()
-	c := sqlqueue.PublisherConfig{DB: db}
-	for _, m := range mut {
-		m(&c)
-	}
-	p, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: c}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
-}
-
-func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.SubscriberConfig)) *sqlqueue.Source {
-	t.Helper()
-	c := testPipeline()
-	c.DB = db
-	c.Dialect = postgres.Dialect{}
-	c.SweepInterval = -1
-	for _, m := range mut {
-		m(&c)
-	}
-	s, err := sqlqueue.NewSource(context.Background(), c, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	return s
-}
-
-func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
-	t.Helper()
-	ids := make([]string, n)
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		ids[i] = watermill.NewUUID()
-		msgs[i] = message.NewMessage(ids[i], []byte(fmt.Sprintf("body-%d", i)))
-		msgs[i].Metadata.Set("i", fmt.Sprint(i))
-	}
-	if err := p.Publish(topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
-func rowStates(t *testing.T, db *sql.DB, table string) map[int]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT state, count(*) FROM ` + table + ` GROUP BY state`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	m := map[int]int{}
-	for rows.Next() {
-		var s, n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		m[s] = n
-	}
-	return m
-}
-
-func TestLeaseLostNeverReachesUserCode(t *testing.T) {
-	db := openDB(t, 3)
-	pub := newPub(t, db)
+func testLeaseLost(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 3)
+	pub := f.newPub(t, db)
 	publishN(t, pub, "lease_lost", 2)
-	src := newSource(t, db, "lease_lost")
+	src := f.newSource(t, db, "lease_lost")
 	ds, err := src.Claim(context.Background(), 2)
 	if err != nil || len(ds) != 2 {
 		t.Fatalf("claim = %d, %v", len(ds), err)
 	}
 	// Another instance took the first row over (e.g. the sweeper returned it
 	// and someone re-claimed it): its owner token changed.
-	if _, err := db.Exec(`UPDATE `+src.Queue().Table+` SET owner = owner + 1 WHERE id = $1`, ds[0].ID); err != nil {
+	if _, err := db.Exec(`UPDATE `+src.Queue().Table+` SET owner = owner + 1 WHERE id = `+f.ph(1), rowID(t, ds[0].ID)); err != nil {
 		t.Fatal(err)
 	}
 	if err := src.Begin(context.Background(), ds[0]); !errors.Is(err, transport.ErrLeaseLost) {
@@ -112,11 +45,12 @@ func TestLeaseLostNeverReachesUserCode(t *testing.T) {
 	}
 }
 
-func TestReleaseReturnsAllWithAttemptsUnchanged(t *testing.T) {
-	db := openDB(t, 3)
-	pub := newPub(t, db)
+func testRelease(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 3)
+	pub := f.newPub(t, db)
 	publishN(t, pub, "release", 10)
-	src := newSource(t, db, "release")
+	src := f.newSource(t, db, "release")
 	ds, err := src.Claim(context.Background(), 10)
 	if err != nil || len(ds) != 10 {
 		t.Fatalf("claim = %d, %v", len(ds), err)
@@ -139,25 +73,22 @@ func TestReleaseReturnsAllWithAttemptsUnchanged(t *testing.T) {
 
 // A subscriber closed with prefetched rows in its buffer releases every one
 // of them: nothing stays fetched, no attempt is counted for them.
-func TestCloseReleasesPrefetched(t *testing.T) {
-	db := openDB(t, 4)
-	pub := newPub(t, db)
+func testCloseReleasesPrefetched(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
 	publishN(t, pub, "close_release", 50)
-	c := testPipeline()
-	c.DB = db
+	c := f.subConfig(db)
 	c.Pipeline.Concurrency = 1
 	c.Pipeline.BufferSize = 20
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := newSubscriber(t, c)
 	ch, err := sub.Subscribe(context.Background(), "close_release")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := <-ch // the buffer fills behind this unacked message
 	q := sub.Queue("close_release")
-	waitFor(t, 10*time.Second, func() bool { return rowStates(t, db, q.Table)[sqlqueue.StateFetched] > 0 })
+	waitFor(t, 10*time.Second, "prefetched rows", func() bool { return rowStates(t, db, q.Table)[sqlqueue.StateFetched] > 0 })
 	first.Ack()
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
@@ -178,22 +109,12 @@ func TestCloseReleasesPrefetched(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
-	}
-}
-
-func TestDeadLetterRowCarriesEverything(t *testing.T) {
-	db := openDB(t, 3)
-	pub := newPub(t, db)
+func testDeadLetterRow(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 3)
+	pub := f.newPub(t, db)
 	ids := publishN(t, pub, "dead", 1)
-	src := newSource(t, db, "dead")
+	src := f.newSource(t, db, "dead")
 	ds, _ := src.Claim(context.Background(), 1)
 	if len(ds) != 1 {
 		t.Fatal("no row claimed")
@@ -209,7 +130,7 @@ func TestDeadLetterRowCarriesEverything(t *testing.T) {
 		body                         []byte
 		attempts                     int
 	)
-	err := db.QueryRow(`SELECT message_uuid, headers, body, attempts, reason, queue_table FROM berth_errors`).
+	err := db.QueryRow(`SELECT message_uuid, headers, body, attempts, reason, queue_table FROM `+f.errors).
 		Scan(&uuid, &headers, &body, &attempts, &reason, &queue)
 	if err != nil {
 		t.Fatal(err)
@@ -227,29 +148,19 @@ func TestDeadLetterRowCarriesEverything(t *testing.T) {
 }
 
 // A killed instance leaves fetched and processing rows; another instance's
-// sweeper recovers them. The killed instance's connections are terminated
-// and it is never closed before the check.
-func TestSweeperRecoversKilledInstance(t *testing.T) {
-	url := testenv.PostgresSchemaURL(t)
-	dbA, err := postgres.Open(url+"&application_name=berth_killed", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbA.Close()
-	dbB, err := postgres.Open(url, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbB.Close()
-	pub := newPub(t, dbB)
+// sweeper recovers them. The killed instance's sessions are terminated
+// (Harness.Kill) and it is never closed before the check.
+func testKilledInstance(t *testing.T, h Harness) {
+	f := h.open(t)
+	app := "berth_killed_" + watermill.NewShortUUID()
+	dbA := f.env.Pool(t, 2, app)
+	dbB := f.pool(t, 3)
+	pub := f.newPub(t, dbB)
 	ids := publishN(t, pub, "killed", 6)
 
-	srcA, err := sqlqueue.NewSource(context.Background(), sqlqueue.SubscriberConfig{
-		DB: dbA, Dialect: postgres.Dialect{}, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
+	srcA := openSource(t, sqlqueue.SubscriberConfig{
+		DB: dbA, Dialect: h.Dialect, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
 	}, "killed")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ds, err := srcA.Claim(context.Background(), 6)
 	if err != nil || len(ds) != 6 {
 		t.Fatalf("claim = %d, %v", len(ds), err)
@@ -259,20 +170,17 @@ func TestSweeperRecoversKilledInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := dbB.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'berth_killed'`); err != nil {
-		t.Fatal(err)
+	if h.Kill != nil {
+		h.Kill(t, dbB, app)
+	} else {
+		t.Log("Harness.Kill is nil: the instance is abandoned, not killed")
 	}
 
-	c := testPipeline()
-	c.DB = dbB
+	c := f.subConfig(dbB)
 	c.FetchTimeout = time.Second
 	c.Lease = time.Second
 	c.SweepInterval = 200 * time.Millisecond
-	subB, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer subB.Close()
+	subB := newSubscriber(t, c)
 	ch, err := subB.Subscribe(context.Background(), "killed")
 	if err != nil {
 		t.Fatal(err)
@@ -308,28 +216,25 @@ func TestSweeperRecoversKilledInstance(t *testing.T) {
 	_ = srcA.Close(context.Background())
 }
 
-func TestTwentyCompetingSubscribersExactlyOnce(t *testing.T) {
-	db := openDB(t, 10)
-	pub := newPub(t, db)
+func testCompeting(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 10)
+	pub := f.newPub(t, db)
 	const n = 2000
 	var ids []string
 	for i := 0; i < n/100; i++ {
 		ids = append(ids, publishN(t, pub, "compete", 100)...)
 	}
 	var (
-		mu   sync.Mutex
-		seen = map[string]int{}
-		wg   sync.WaitGroup
-		subs []*sqlqueue.Subscriber
+		mu    sync.Mutex
+		seen  = map[string]int{}
+		total int // deliveries, duplicates included
+		wg    sync.WaitGroup
+		subs  []*sqlqueue.Subscriber
 	)
 	all := make(chan struct{})
 	for i := 0; i < 20; i++ {
-		c := testPipeline()
-		c.DB = db
-		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sub := newSubscriber(t, f.subConfig(db))
 		subs = append(subs, sub)
 		ch, err := sub.Subscribe(context.Background(), "compete")
 		if err != nil {
@@ -341,10 +246,7 @@ func TestTwentyCompetingSubscribersExactlyOnce(t *testing.T) {
 			for m := range ch {
 				mu.Lock()
 				seen[m.UUID]++
-				total := 0
-				for _, c := range seen {
-					total += c
-				}
+				total++
 				if total == n {
 					close(all)
 				}
@@ -356,6 +258,8 @@ func TestTwentyCompetingSubscribersExactlyOnce(t *testing.T) {
 	select {
 	case <-all:
 	case <-time.After(60 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
 		t.Fatalf("received %d of %d", len(seen), n)
 	}
 	for _, s := range subs {
@@ -369,23 +273,16 @@ func TestTwentyCompetingSubscribersExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestCorruptHeadersDeadLetteredAndLoopContinues(t *testing.T) {
-	db := openDB(t, 4)
-	pub := newPub(t, db)
-	c := testPipeline()
-	c.DB = db
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+func testCorruptHeaders(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	sub := newSubscriber(t, f.subConfig(db))
 	if err := sub.SubscribeInitialize("corrupt"); err != nil {
 		t.Fatal(err)
 	}
 	q := sub.Queue("corrupt")
-	if _, err := db.Exec(`INSERT INTO ` + q.Table + ` (uuid, headers, body) VALUES ('bad', '{not json', 'x')`); err != nil {
-		t.Fatal(err)
-	}
+	f.insert(t, db, q, RawRow{UUID: "bad", Headers: "{not json", Body: []byte("x")})
 	good := publishN(t, pub, "corrupt", 1)
 	ch, err := sub.Subscribe(context.Background(), "corrupt")
 	if err != nil {
@@ -401,41 +298,69 @@ func TestCorruptHeadersDeadLetteredAndLoopContinues(t *testing.T) {
 		t.Fatal("the loop did not continue past the corrupt row")
 	}
 	var reason, headers string
-	waitFor(t, 10*time.Second, func() bool {
-		return db.QueryRow(`SELECT reason, headers FROM berth_errors WHERE message_uuid = 'bad'`).Scan(&reason, &headers) == nil
+	waitFor(t, 10*time.Second, "the error row", func() bool {
+		return db.QueryRow(`SELECT reason, headers FROM `+f.errors+` WHERE message_uuid = `+f.ph(1), "bad").Scan(&reason, &headers) == nil
 	})
 	if !strings.Contains(reason, "headers") || headers != "{not json" {
 		t.Fatalf("error row: reason %q headers %q", reason, headers)
 	}
 }
 
-func TestOversizeRejectedNamingLimit(t *testing.T) {
-	db := openDB(t, 2)
-	pub := newPub(t, db, func(c *sqlqueue.PublisherConfig) { c.MaxMessageSize = 100 })
+func testOversize(t *testing.T, h Harness) {
+	f := h.open(t)
+	db := f.pool(t, 2)
+	pub := f.newPub(t, db, func(c *sqlqueue.PublisherConfig) { c.MaxMessageSize = 100 })
 	err := pub.Publish("big", message.NewMessage("x", make([]byte, 200)))
 	if !errors.Is(err, transport.ErrMessageTooLarge) || !strings.Contains(err.Error(), "100") {
 		t.Fatalf("err = %v, want ErrMessageTooLarge naming 100", err)
 	}
 }
 
-func TestBadURLParameterNamesItself(t *testing.T) {
-	base := testenv.PostgresURL(t)
-	_, err := transport.OpenSubscriber(context.Background(), withParams(t, base, "concurrancy", "4"))
+func testBadURL(t *testing.T, h Harness) {
+	if h.URL == nil {
+		t.Skip("Harness.URL is nil: the dialect registers no URL scheme")
+	}
+	base := h.URL(t)
+	open := func(kv ...string) error {
+		s, err := transport.OpenSubscriber(context.Background(), withParams(t, base, kv...))
+		if err == nil {
+			_ = s.Close()
+		}
+		return err
+	}
+	err := open("concurrancy", "4")
 	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "concurrancy") {
 		t.Fatalf("err = %v, want ErrInvalidConfig naming concurrancy", err)
 	}
-	_, err = transport.OpenSubscriber(context.Background(), withParams(t, base, "lease", "soon"))
+	err = open("lease", "soon")
 	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), `"lease"`) {
 		t.Fatalf("err = %v, want ErrInvalidConfig naming lease", err)
+	}
+	// Every problem at once.
+	err = open("lease", "soon", "bogus", "1")
+	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), `"lease"`) || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming lease and bogus", err)
+	}
+}
+
+// skipSingleWriter skips t on a database that runs one write transaction
+// at a time.
+func skipSingleWriter(t *testing.T, h Harness) {
+	t.Helper()
+	if h.SingleWriter {
+		t.Skip("Harness.SingleWriter: this case holds a write transaction open while others write, " +
+			"which a database with one writer at a time serialises by design")
 	}
 }
 
 // An insert that commits after a later one was consumed is still delivered:
 // claims are state-based, not high-water marks.
-func TestCommitOrderSafety(t *testing.T) {
-	db := openDB(t, 4)
-	pub := newPub(t, db)
-	src := newSource(t, db, "order")
+func testCommitOrder(t *testing.T, h Harness) {
+	skipSingleWriter(t, h)
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	src := f.newSource(t, db, "order")
 	publishN(t, pub, "order", 1) // creates the queue
 	ds, _ := src.Claim(context.Background(), 1)
 	for _, d := range ds {
@@ -447,6 +372,7 @@ func TestCommitOrderSafety(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tx.Rollback() }) // after a failure: no open transaction at the database's removal
 	early := message.NewMessage("early", []byte("lower id"))
 	if err := pub.WithTx(tx).Publish("order", early); err != nil {
 		t.Fatal(err)
@@ -468,5 +394,46 @@ func TestCommitOrderSafety(t *testing.T) {
 	m, err := src.Map(ds[0])
 	if err != nil || m.UUID != "early" {
 		t.Fatalf("got %v, %v; want the early message", m, err)
+	}
+}
+
+// Subscribing to an existing queue takes no lock on its table: a
+// transaction holding rows of it open (an outbox insert, a long statement)
+// does not block a starting subscriber, and the subscriber's start does
+// not stall the queue's traffic behind DDL (PostgreSQL: CREATE INDEX IF NOT
+// EXISTS takes a SHARE lock even when the index exists).
+func testSubscribeWhileWriting(t *testing.T, h Harness) {
+	skipSingleWriter(t, h)
+	f := h.open(t)
+	db := f.pool(t, 3)
+	pub := f.newPub(t, db)
+	if err := pub.Publish("locks", message.NewMessage("1", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	q := sqlqueue.QueueFor(h.Dialect, f.env.Tables, "locks", "")
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	f.insert(t, tx, q, RawRow{UUID: "open", Headers: "{}", Body: []byte{}})
+
+	subDB := f.pool(t, 3)
+	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: subDB, Dialect: h.Dialect, Tables: f.env.Tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, "locks")
+	if err != nil {
+		t.Fatalf("subscribe while a transaction holds the queue table: %v", err)
+	}
+	select {
+	case m := <-ch:
+		m.Ack()
+	case <-ctx.Done():
+		t.Fatal("no message while a transaction holds the queue table")
 	}
 }
