@@ -88,7 +88,7 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 func openDriver(dsn string) (*sql.DB, error) {
 	cfg, err := msdsn.Parse(dsn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: DSN: %w", transport.ErrInvalidConfig, err)
 	}
 	if cfg.Parameters["fedauth"] == "" {
 		return sql.Open("sqlserver", dsn)

@@ -186,3 +186,23 @@ func TestEntraIDAuthentication(t *testing.T) {
 		t.Errorf("DSN = %q", cfg.DSN)
 	}
 }
+
+// TestBadDriverParameterIsInvalidConfig checks that a go-mssqldb parameter
+// with a bad value fails at construction as ErrInvalidConfig, without the
+// password.
+func TestBadDriverParameterIsInvalidConfig(t *testing.T) {
+	for _, u := range []string{
+		"sqlserver://sa:secret@127.0.0.1:1?database=test&encrypt=bogus",
+		"sqlserver://sa:secret@127.0.0.1:1?database=test&connection+timeout=x",
+		"sqlserver://sa:secret@127.0.0.1:1?database=test&log=x",
+	} {
+		_, err := transport.OpenSubscriber(context.Background(), u)
+		if !errors.Is(err, transport.ErrInvalidConfig) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v", u, err)
+		}
+		_, err = transport.OpenPublisher(context.Background(), u)
+		if !errors.Is(err, transport.ErrInvalidConfig) {
+			t.Errorf("%s: publisher: %v", u, err)
+		}
+	}
+}
