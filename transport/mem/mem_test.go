@@ -9,12 +9,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 	"github.com/berth-go/berth/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.WatermillSuiteLeaks...) }
 
 // TestConformance runs Watermill's full suite through the URL API, and
 // Berth's behaviours through the typed constructors.

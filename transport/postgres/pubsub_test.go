@@ -21,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.WatermillSuiteLeaks...)
 }
 
 // withParams adds Berth parameters to a postgres:// URL.

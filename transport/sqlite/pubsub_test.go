@@ -13,13 +13,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"go.uber.org/goleak"
 
+	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/transporttest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.WatermillSuiteLeaks...) }
 
 // suiteQuery holds the URL parameters of Watermill's suite: its tests nack
 // some messages hundreds of times, so retry fast and forever.

@@ -18,12 +18,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(m, append([]goleak.Option{
 		// The SDK's HTTP transport keeps idle keep-alive connections.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	}, testenv.WatermillSuiteLeaks...)...)
 }
 
 // clientConfig points at the emulator from BERTH_TEST_SQS_ENDPOINT, or skips.
