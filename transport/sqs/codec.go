@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -45,6 +46,22 @@ import (
 type Codec interface {
 	Marshal(msg *message.Message) (*types.Message, error)
 	Unmarshal(msg *types.Message) (*message.Message, error)
+}
+
+// Codec names accepted by the URL parameter codec.
+const (
+	// CodecBerth selects BerthCodec, the default.
+	CodecBerth = "berth"
+	// CodecWatermillAWS selects WatermillAWSCodec.
+	CodecWatermillAWS = "watermill-aws"
+)
+
+// codecNamed returns the codec a URL names.
+func codecNamed(name string) Codec {
+	if name == CodecWatermillAWS {
+		return WatermillAWSCodec{}
+	}
+	return BerthCodec{}
 }
 
 // BerthCodec is Berth's own wire format and the default Codec. The UUID
@@ -196,5 +213,10 @@ func deadLetterCopy(c Codec, msg *message.Message) (body string, attrs map[strin
 // keepFirst reports whether attribute n is kept before others when a
 // dead-letter copy must drop some.
 func keepFirst(n string) bool {
-	return n == AttributeUUID || n == AttributeBodyEncoding || n == AttributeMetadata
+	return n == AttributeUUID || n == WatermillAWSUUIDAttribute || n == AttributeBodyEncoding || n == AttributeMetadata
+}
+
+// parseCodec reads the URL parameter codec.
+func parseCodec(p *urlparam.Params) Codec {
+	return codecNamed(p.Enum("codec", CodecBerth, CodecBerth, CodecWatermillAWS))
 }

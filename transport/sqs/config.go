@@ -255,7 +255,9 @@ type SubscriberConfig struct {
 	SettleAttempts int
 
 	// Codec is the wire format: how a message maps to an SQS body and
-	// message attributes and back. Defaults to BerthCodec (Berth's format).
+	// message attributes and back. Defaults to BerthCodec (Berth's format);
+	// WatermillAWSCodec reads and writes github.com/ThreeDotsLabs/watermill-aws's.
+	// URL: codec (berth, watermill-aws).
 	Codec Codec
 }
 
@@ -339,7 +341,9 @@ type PublisherConfig struct {
 	MaxBatchBytes int
 
 	// Codec is the wire format: how a message maps to an SQS body and
-	// message attributes and back. Defaults to BerthCodec (Berth's format).
+	// message attributes and back. Defaults to BerthCodec (Berth's format);
+	// WatermillAWSCodec reads and writes github.com/ThreeDotsLabs/watermill-aws's.
+	// URL: codec (berth, watermill-aws).
 	Codec Codec
 }
 
