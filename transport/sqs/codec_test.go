@@ -129,10 +129,10 @@ func TestCodecsRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := sqsAccepts(m); err != nil {
-					if tc.name == "empty payload" {
-						t.Skip("Berth's format sends an empty payload as an empty body, which SQS rejects")
-					}
+				// Berth's format sends an empty payload as an empty body,
+				// which SQS documents as invalid (fauxqs's SendMessageBatch
+				// takes it); the round trip is still checked.
+				if err := sqsAccepts(m); err != nil && len(tc.msg.Payload) > 0 {
 					t.Fatalf("SQS would reject it: %v", err)
 				}
 				got, err := c.Unmarshal(received(m, "sqs-id"))
