@@ -253,6 +253,12 @@ type SubscriberConfig struct {
 	// SettleAttempts bounds the attempts for a batch entry that failed on
 	// the server side. Defaults to DefaultSettleAttempts (3).
 	SettleAttempts int
+
+	// Codec is the wire format: how a message maps to an SQS body and
+	// message attributes and back. Defaults to BerthCodec (Berth's format);
+	// WatermillAWSCodec reads and writes github.com/ThreeDotsLabs/watermill-aws's.
+	// URL: codec (berth, watermill-aws).
+	Codec Codec
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -275,6 +281,9 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	}
 	if c.Queue.MaxReceiveCount == 0 {
 		c.Queue.MaxReceiveCount = DefaultMaxReceiveCount
+	}
+	if c.Codec == nil {
+		c.Codec = BerthCodec{}
 	}
 	return c
 }
@@ -330,6 +339,12 @@ type PublisherConfig struct {
 	// MaxBatchBytes bounds the payload of one batch request. Defaults to
 	// DefaultMaxBatchBytes (1 MiB); SNS batches are further held to 256 KiB.
 	MaxBatchBytes int
+
+	// Codec is the wire format: how a message maps to an SQS body and
+	// message attributes and back. Defaults to BerthCodec (Berth's format);
+	// WatermillAWSCodec reads and writes github.com/ThreeDotsLabs/watermill-aws's.
+	// URL: codec (berth, watermill-aws).
+	Codec Codec
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -345,6 +360,9 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	}
 	if c.Queue.MaxReceiveCount == 0 {
 		c.Queue.MaxReceiveCount = DefaultMaxReceiveCount
+	}
+	if c.Codec == nil {
+		c.Codec = BerthCodec{}
 	}
 	return c
 }

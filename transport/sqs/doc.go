@@ -39,7 +39,9 @@
 // [transport.ErrMessageTooLarge] naming the limit. Message contexts are
 // honoured: a message whose context is done is not sent.
 //
-// Metadata becomes String message attributes, never more than SQS's 10: the
+// Messages are encoded by the configured [Codec] (PublisherConfig.Codec,
+// SubscriberConfig.Codec, URL parameter codec), by default [BerthCodec]:
+// metadata becomes String message attributes, never more than SQS's 10: the
 // UUID takes one ([AttributeUUID]); keys that are valid attribute names with
 // non-empty values follow in key order while they fit; the rest is packed
 // as JSON into [AttributeMetadata]. A payload that is not text SQS accepts
@@ -47,6 +49,22 @@
 // [MetadataGroupID], [MetadataDeduplicationID] (FIFO; defaults: the topic
 // and the message UUID) and [MetadataDelay] (standard queues, up to 15m) set
 // the SQS fields of the same meaning and are not sent as attributes.
+//
+// # Wire format and watermill-aws
+//
+// [WatermillAWSCodec] (codec=watermill-aws) reads and writes the format of
+// github.com/ThreeDotsLabs/watermill-aws v1.0.x, both its sqs and its sns
+// packages: the UUID in [WatermillAWSUUIDAttribute], each metadata key in a
+// String attribute of its own, the payload as the body. Berth and
+// watermill-aws services can then share queues and SNS topics while a fleet
+// moves one service at a time. The format has one attribute per key, so a
+// message with more than 9 metadata keys, a binary or empty payload, or a
+// key SQS does not accept as an attribute name is refused with
+// [transport.ErrInvalidMessage] before anything is sent (watermill-aws sends
+// it and SQS rejects it). Its Unmarshal also reads Berth's format, so a
+// queue may hold both while publishers change codec. The [Codec] interface
+// has the method set of watermill-aws's Marshaler and Unmarshaler, so a
+// custom watermill-aws marshaler plugs in as it is.
 //
 // # Receiving
 //
@@ -116,7 +134,8 @@
 // A host selects the endpoint http://host:port (https with secure=true);
 // user:password are static credentials. Parameters, both sides: region,
 // endpoint, secure, request_attempts, create, fifo, content_dedup,
-// max_message_size, dead_letter_queue, max_receive_count, sns. Publisher:
+// max_message_size, dead_letter_queue, max_receive_count, sns, codec
+// (berth, watermill-aws). Publisher:
 // publish_concurrency. Subscriber: consumer_group, wait_time,
 // visibility_timeout, settle_interval and the pipeline's (concurrency,
 // buffer, max_attempts, retry_delay, …). Unknown parameters are rejected,

@@ -124,7 +124,7 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, maxSize int, 
 			fail(m, err)
 			continue
 		}
-		e, err := encode(m)
+		e, err := marshal(p.cfg.Codec, m)
 		if err != nil {
 			fail(m, err)
 			continue

@@ -32,6 +32,7 @@ type Source struct {
 	q      *queue
 	dlq    *queue // nil: leave dead letters to the queue's redrive policy
 	logger watermill.LoggerAdapter
+	codec  Codec
 	// recreate, when set, creates the queue again after it went missing.
 	recreate func(ctx context.Context) error
 
@@ -89,6 +90,7 @@ func newSource(api API, q, dlq *queue, cfg SubscriberConfig, logger watermill.Lo
 		q:          q,
 		dlq:        dlq,
 		logger:     logger,
+		codec:      cfg.Codec,
 		wait:       wait,
 		visibility: vis,
 		visDur:     time.Duration(vis) * time.Second,
@@ -190,28 +192,22 @@ func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, e
 	return ds, nil
 }
 
-// Map decodes the body and attributes into a Watermill message. The UUID
-// comes from AttributeUUID, or is the SQS message id for messages other
-// tools sent. Metadata gets MetadataSQSMessageID, MetadataReceiveCount,
-// MetadataSentTimestamp and, on FIFO queues, MetadataGroupID and
-// MetadataDeduplicationID. Undecodable attributes or body are an error
-// wrapping ErrUndecodable.
+// Map decodes the body and attributes into a Watermill message with the
+// subscriber's Codec (BerthCodec: the UUID comes from AttributeUUID, or is
+// the SQS message id for messages other tools sent). Metadata gets
+// MetadataSQSMessageID, MetadataReceiveCount, MetadataSentTimestamp and, on
+// FIFO queues, MetadataGroupID and MetadataDeduplicationID. Undecodable
+// attributes or body are an error wrapping ErrUndecodable.
 func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
 	raw, ok := d.Raw.(*rawMessage)
 	if !ok {
 		return nil, fmt.Errorf("%w: delivery %s has no raw message", ErrUndecodable, d.ID)
 	}
 	h := d.Handle.(*handle)
-	dec, err := decode(raw.body, raw.attrs)
+	msg, err := unmarshal(s.codec, d.ID, raw)
 	if err != nil {
 		return nil, err
 	}
-	id := dec.uuid
-	if id == "" {
-		id = d.ID
-	}
-	msg := message.NewMessage(id, dec.payload)
-	msg.Metadata = dec.metadata
 	msg.Metadata[MetadataSQSMessageID] = d.ID
 	msg.Metadata[MetadataReceiveCount] = strconv.Itoa(h.received)
 	if h.sentAt != "" {
@@ -333,7 +329,8 @@ func (s *Source) Renew(ctx context.Context, ds []*transport.Delivery) error {
 	return errors.Join(errs...)
 }
 
-// DeadLetter sends the message to the dead-letter queue, with
+// DeadLetter sends the message to the dead-letter queue, encoded with the
+// subscriber's Codec (in Berth's format if the codec cannot encode it), with
 // AttributeDeadLetter holding the reason, then deletes it. Without a
 // dead-letter queue it makes the message visible again and leaves it to the
 // queue's redrive policy (maxReceiveCount); a queue without one redelivers
@@ -360,11 +357,13 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *mes
 		attrs map[string]types.MessageAttributeValue
 	)
 	if msg != nil {
-		e, err := encodeReserve(msg, 1)
+		var notes map[string]any
+		var err error
+		body, attrs, notes, err = deadLetterCopy(s.codec, msg)
 		if err != nil {
 			return fmt.Errorf("sqs: dead-letter %s: %w", d.ID, err)
 		}
-		body, attrs = e.body, e.attrs
+		maps.Copy(info, notes)
 	} else if raw, ok := d.Raw.(*rawMessage); ok {
 		body = raw.body
 		attrs = make(map[string]types.MessageAttributeValue, MaxAttributes)

@@ -61,6 +61,7 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) 
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
 	cfg.SNS = p.Bool("sns", false)
 	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
+	cfg.Codec = parseCodec(p)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
 	}
@@ -76,6 +77,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	cfg.WaitTime = p.Duration("wait_time", 0, -1, 20*time.Second)
 	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Second, MaxVisibilityTimeout)
 	cfg.SettleInterval = p.Duration("settle_interval", 0, -1, time.Minute)
+	cfg.Codec = parseCodec(p)
 	cfg.Pipeline.ParseURL(p)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
