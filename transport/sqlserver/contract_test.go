@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
+	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -160,33 +161,10 @@ func openAdmin(t *testing.T, base string) *sql.DB {
 	return db
 }
 
-// dropSchemaSQL drops every table of schema @p1, then the schema (SQL
-// Server has no DROP SCHEMA … CASCADE). One table per loop: EXEC(…) takes
-// only literals and variables, and SELECT @v += … over several rows is
-// undefined, so each statement is built in a variable and run with
-// sp_executesql.
-const dropSchemaSQL = `SET NOCOUNT ON;
-DECLARE @s sysname = @p1, @sql nvarchar(max);
-WHILE 1 = 1
-BEGIN
-	SET @sql = NULL;
-	SELECT TOP (1) @sql = N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name)
-	FROM sys.tables AS t INNER JOIN sys.schemas AS s ON s.schema_id = t.schema_id
-	WHERE s.name = @s
-	ORDER BY t.object_id;
-	IF @sql IS NULL BREAK;
-	EXEC sp_executesql @sql;
-END;
-IF SCHEMA_ID(@s) IS NOT NULL
-BEGIN
-	SET @sql = N'DROP SCHEMA ' + QUOTENAME(@s);
-	EXEC sp_executesql @sql;
-END;`
-
 // TestCleanupGrammar checks the cleanup batch with the dialect's grammar
 // check: the previous one could never run on a server.
 func TestCleanupGrammar(t *testing.T) {
-	for _, p := range sqlserver.CheckGrammar(dropSchemaSQL) {
+	for _, p := range sqlserver.CheckGrammar(sqlservertest.DropSchemaSQL) {
 		t.Error(p)
 	}
 }
@@ -196,14 +174,7 @@ func TestCleanupGrammar(t *testing.T) {
 func dropSchema(t *testing.T, db *sql.DB, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, dropSchemaSQL, schema); err != nil {
-		t.Errorf("drop schema %s: %v", schema, err)
-		return
-	}
-	var left int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sys.schemas WHERE name = @p1`, schema).Scan(&left); err != nil {
-		t.Errorf("drop schema %s: check: %v", schema, err)
-	} else if left != 0 {
-		t.Errorf("drop schema %s: the schema is still there", schema)
+	if err := sqlservertest.DropSchema(ctx, db, schema); err != nil {
+		t.Error(err)
 	}
 }

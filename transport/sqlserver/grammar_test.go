@@ -48,76 +48,81 @@ func checkGrammar(sql string) []string {
 	return problems
 }
 
+// walk calls fn with the index and byte of every character of s outside
+// string literals ('' inside a literal is an escaped quote), and the
+// parenthesis depth before it; fn returns false to stop.
+func walk(s string, fn func(i int, c byte, depth int) bool) {
+	depth, inStr := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inStr:
+			if c == '\'' {
+				if i+1 < len(s) && s[i+1] == '\'' {
+					i++
+				} else {
+					inStr = false
+				}
+			}
+			continue
+		case c == '\'':
+			inStr = true
+			continue
+		}
+		if !fn(i, c, depth) {
+			return
+		}
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		}
+	}
+}
+
 // statementEnd returns the index of the first ";" of s outside string
 // literals, or len(s).
 func statementEnd(s string) int {
-	inStr := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\'':
-			inStr = !inStr // a doubled quote toggles twice
-		case c == ';' && !inStr:
-			return i
+	end := len(s)
+	walk(s, func(i int, c byte, _ int) bool {
+		if c == ';' {
+			end = i
+			return false
 		}
-	}
-	return len(s)
+		return true
+	})
+	return end
 }
 
 // parenBody returns s up to the parenthesis closing one already open,
 // skipping string literals.
 func parenBody(s string) (string, bool) {
-	depth, inStr := 1, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inStr:
-			if c == '\'' {
-				if i+1 < len(s) && s[i+1] == '\'' {
-					i++
-				} else {
-					inStr = false
-				}
-			}
-		case c == '\'':
-			inStr = true
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return s[:i], true
-			}
+	end := -1
+	walk(s, func(i int, c byte, depth int) bool {
+		if c == ')' && depth == 0 {
+			end = i
+			return false
 		}
+		return true
+	})
+	if end < 0 {
+		return "", false
 	}
-	return "", false
+	return s[:end], true
 }
 
 // splitTopLevelPlus splits s at "+" outside literals and parentheses.
 func splitTopLevelPlus(s string) []string {
 	var parts []string
-	depth, inStr, start := 0, false, 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inStr:
-			if c == '\'' {
-				if i+1 < len(s) && s[i+1] == '\'' {
-					i++
-				} else {
-					inStr = false
-				}
-			}
-		case c == '\'':
-			inStr = true
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-		case c == '+' && depth == 0:
+	start := 0
+	walk(s, func(i int, c byte, depth int) bool {
+		if c == '+' && depth == 0 {
 			parts = append(parts, s[start:i])
 			start = i + 1
 		}
-	}
+		return true
+	})
 	return append(parts, s[start:])
 }
 

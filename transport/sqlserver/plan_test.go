@@ -74,39 +74,8 @@ func attr(e xml.StartElement, name string) string {
 // scan nothing. It runs when BERTH_TEST_SQLSERVER_URL is set; Babelfish
 // has no showplan, so it skips there.
 func TestPlansSeek(t *testing.T) {
-	base := testenv.SQLServerURL(t)
-	db := openAdmin(t, base)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var babelfish sql.NullString
-	if err := db.QueryRowContext(ctx, `SELECT CAST(SERVERPROPERTY('babelfish') AS nvarchar(20))`).Scan(&babelfish); err == nil && babelfish.Valid {
-		t.Skip("Babelfish has no SQL Server showplan")
-	}
-	schema := testenv.UniqueName("berth")
-	t.Cleanup(func() { dropSchema(t, db, schema) })
-	u, _ := url.Parse(base)
-	cfg, err := sqlserver.ParsePublisherURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg := sqlserver.PublisherConfig{DSN: cfg.DSN}
-	pcfg.Tables.Schema = schema
-	pub, err := sqlserver.NewPublisher(pcfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	msgs := make([]*message.Message, 5000)
-	for i := range msgs {
-		msgs[i] = message.NewMessage(fmt.Sprint(i), []byte("x"))
-	}
-	if err := pub.Publish("plans", msgs...); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db, n, q := planQueue(t, "plans")
 	d := sqlserver.Dialect{}
-	tables := sqlqueue.Tables{Schema: schema}
-	q := sqlqueue.QueueFor(d, tables, "plans", "")
-	n := sqlqueue.NamesFor(d, tables)
 	for _, c := range []struct {
 		name, index string
 		st          sqlqueue.Stmt
@@ -133,6 +102,45 @@ func TestPlansSeek(t *testing.T) {
 			t.Errorf("%s: no seek on %s; accesses: %+v", c.name, c.index, acc)
 		}
 	}
+}
+
+// planQueue makes a queue of 5,000 pending rows in a schema of its own on
+// the server at BERTH_TEST_SQLSERVER_URL, for reading plans; it skips
+// without one, and on Babelfish, which has no SQL Server showplan.
+func planQueue(t *testing.T, topic string) (context.Context, *sql.DB, sqlqueue.Names, sqlqueue.Queue) {
+	t.Helper()
+	base := testenv.SQLServerURL(t)
+	db := openAdmin(t, base)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	var babelfish sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT CAST(SERVERPROPERTY('babelfish') AS nvarchar(20))`).Scan(&babelfish); err == nil && babelfish.Valid {
+		t.Skip("Babelfish has no SQL Server showplan")
+	}
+	schema := testenv.UniqueName("berth")
+	t.Cleanup(func() { dropSchema(t, db, schema) })
+	u, _ := url.Parse(base)
+	cfg, err := sqlserver.ParsePublisherURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg := sqlserver.PublisherConfig{DSN: cfg.DSN}
+	pcfg.Tables.Schema = schema
+	pub, err := sqlserver.NewPublisher(pcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	msgs := make([]*message.Message, 5000)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(fmt.Sprint(i), []byte("x"))
+	}
+	if err := pub.Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	d := sqlserver.Dialect{}
+	tables := sqlqueue.Tables{Schema: schema}
+	return ctx, db, sqlqueue.NamesFor(d, tables), sqlqueue.QueueFor(d, tables, topic, "")
 }
 
 // actualPlans runs st with SET STATISTICS XML ON in a transaction it rolls

@@ -16,6 +16,7 @@ import (
 	"github.com/microsoft/go-mssqldb/azuread"
 	"github.com/microsoft/go-mssqldb/msdsn"
 
+	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
 )
@@ -137,33 +138,6 @@ func openSQLServerPool(dsn string, maxConns int, ctr *Counter) (*sql.DB, error) 
 const createSchemaSQL = `SET NOCOUNT ON;
 DECLARE @sql nvarchar(max) = N'CREATE SCHEMA ' + QUOTENAME(@p1);
 EXEC sp_executesql @sql;`
-
-// dropSchemaSQL drops every table of schema @p1, then the schema (SQL
-// Server has no DROP SCHEMA … CASCADE). One table per loop: EXEC(…) takes
-// only literals and variables, and SELECT @v += … over several rows is
-// undefined, so each statement is built in a variable and run with
-// sp_executesql. (The same batch as transport/sqlserver's contract tests.)
-const dropSchemaSQL = `SET NOCOUNT ON;
-DECLARE @s sysname = @p1, @sql nvarchar(max);
-WHILE 1 = 1
-BEGIN
-	SET @sql = NULL;
-	SELECT TOP (1) @sql = N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name)
-	FROM sys.tables AS t INNER JOIN sys.schemas AS s ON s.schema_id = t.schema_id
-	WHERE s.name = @s
-	ORDER BY t.object_id;
-	IF @sql IS NULL BREAK;
-	EXEC sp_executesql @sql;
-END;
-IF SCHEMA_ID(@s) IS NOT NULL
-BEGIN
-	SET @sql = N'DROP SCHEMA ' + QUOTENAME(@s);
-	EXEC sp_executesql @sql;
-END;`
-
-// schemaLeftSQL counts the schemas named @p1 (0 once dropped).
-const schemaLeftSQL = `SET NOCOUNT ON;
-SELECT COUNT(*) FROM sys.schemas WHERE name = @p1;`
 
 // statementCPUSQL sums the worker (CPU) time, in microseconds, of every
 // cached statement whose batch text contains @p1 (the run's schema,
@@ -516,15 +490,5 @@ func (r *sqlServerRun) end(ctx context.Context, m map[string]float64, per func(f
 
 // drop drops the schema's tables and the schema, and checks it is gone.
 func (r *sqlServerRun) drop(ctx context.Context) error {
-	if _, err := r.db.admin.ExecContext(ctx, dropSchemaSQL, r.schema); err != nil {
-		return err
-	}
-	var left int
-	if err := r.db.admin.QueryRowContext(ctx, schemaLeftSQL, r.schema).Scan(&left); err != nil {
-		return err
-	}
-	if left != 0 {
-		return fmt.Errorf("schema %s is still there", r.schema)
-	}
-	return nil
+	return sqlservertest.DropSchema(ctx, r.db.admin, r.schema)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/berth-go/berth/internal/bench"
+	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
@@ -93,8 +94,7 @@ func TestSQLServerBatchesParse(t *testing.T) {
 		params []string
 	}{
 		"createSchemaSQL": {createSchemaSQL, []string{"@p1"}},
-		"dropSchemaSQL":   {dropSchemaSQL, []string{"@p1"}},
-		"schemaLeftSQL":   {schemaLeftSQL, []string{"@p1"}},
+		"dropSchemaSQL":   {sqlservertest.DropSchemaSQL, []string{"@p1"}},
 		"statementCPUSQL": {statementCPUSQL, []string{"@p1", "@p2", "@p3"}},
 		"sessionCPUSQL":   {sessionCPUSQL, []string{"@p1"}},
 		"transactionsSQL": {transactionsSQL, nil},
@@ -113,7 +113,7 @@ func TestSQLServerBatchesParse(t *testing.T) {
 			t.Errorf("%s does not start with SET NOCOUNT ON (row counts would come back as results)", name)
 		}
 	}
-	for _, s := range []string{createSchemaSQL, dropSchemaSQL} {
+	for _, s := range []string{createSchemaSQL, sqlservertest.DropSchemaSQL} {
 		if !strings.Contains(s, "QUOTENAME(") || !strings.Contains(s, "EXEC sp_executesql @sql;") {
 			t.Errorf("want names quoted with QUOTENAME and run through sp_executesql:\n%s", s)
 		}
