@@ -49,7 +49,7 @@ func checkGrammar(sql string) []string {
 }
 
 // walk calls fn with the index and byte of every character of s outside
-// string literals ('' inside a literal is an escaped quote), and the
+// string literals (a doubled quote inside a literal escapes one), and the
 // parenthesis depth before it; fn returns false to stop.
 func walk(s string, fn func(i int, c byte, depth int) bool) {
 	depth, inStr := 0, false
