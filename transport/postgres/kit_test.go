@@ -33,8 +33,10 @@ func TestBehaviours(t *testing.T) {
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		InsertRaw: func(q sqlqueue.Queue, r sqlqueuetest.RawRow) sqlqueue.Stmt {
 			return sqlqueue.Stmt{
-				SQL:  `INSERT INTO ` + q.Table + ` (uuid, headers, body, state) VALUES ($1, $2, $3, $4)`,
-				Args: []any{r.UUID, r.Headers, r.Body, r.State},
+				SQL: `INSERT INTO ` + q.Table + ` (uuid, headers, body, state, owner, lease_until)
+VALUES ($1, $2, $3, $4, NULLIF($5::bigint, 0),
+	CASE WHEN $6::bigint <> 0 THEN now() + $6::bigint * interval '1 millisecond' END)`,
+				Args: []any{r.UUID, r.Headers, r.Body, r.State, r.Owner, r.Lease.Milliseconds()},
 			}
 		},
 		URL:  func(t *testing.T) string { return testenv.PostgresURL(t) },
@@ -46,6 +48,8 @@ func TestBehaviours(t *testing.T) {
 			{RawRow: sqlqueuetest.RawRow{UUID: "null-headers-sql", Headers: "null", Body: []byte{0}}, Payload: []byte{0}},
 			{RawRow: sqlqueuetest.RawRow{UUID: "int-as-headers", Headers: "7", Body: []byte("seven")}, Dead: true},
 		},
+		// state is a smallint.
+		StrayStates: []any{-1},
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -30,9 +31,15 @@ func TestBehaviours(t *testing.T) {
 		},
 		Placeholder: func(int) string { return "?" },
 		InsertRaw: func(q sqlqueue.Queue, r sqlqueuetest.RawRow) sqlqueue.Stmt {
+			// The dialect's clock is the process's (Dialect.Now is nil):
+			// leases are Unix milliseconds from time.Now.
+			var until any
+			if r.Lease != 0 {
+				until = time.Now().Add(r.Lease).UnixMilli()
+			}
 			return sqlqueue.Stmt{
-				SQL:  `INSERT INTO ` + q.Table + ` (uuid, headers, body, state, created_at, due_at) VALUES (?, ?, ?, ?, 0, 0)`,
-				Args: []any{r.UUID, r.Headers, r.Body, r.State},
+				SQL:  `INSERT INTO ` + q.Table + ` (uuid, headers, body, state, owner, created_at, due_at, lease_until) VALUES (?, ?, ?, ?, NULLIF(?, 0), 0, 0, ?)`,
+				Args: []any{r.UUID, r.Headers, r.Body, r.State, r.Owner, until},
 			}
 		},
 		URL:          func(*testing.T) string { return "sqlite://" + sqlite.Memory },
@@ -44,5 +51,7 @@ func TestBehaviours(t *testing.T) {
 			{RawRow: sqlqueuetest.RawRow{UUID: "int-headers", Headers: 42, Body: []byte("x")}, Dead: true},
 			{RawRow: sqlqueuetest.RawRow{UUID: "text-body", Headers: "{}", Body: "abc"}, Payload: []byte("abc")},
 		},
+		// The INTEGER state column holds negatives, and text too.
+		StrayStates: []any{-1, "done"},
 	})
 }

@@ -23,15 +23,23 @@ func TestBehaviours(t *testing.T) {
 		Dialect:     sqlserver.Dialect{},
 		Open:        openSchema,
 		Placeholder: func(n int) string { return "@p" + strconv.Itoa(n) },
+		// Owner and lease are always bound as bigints (a nil would reach the
+		// server as an nvarchar); the lease is added in seconds and
+		// milliseconds, as the dialect's own statements do, since DATEADD
+		// takes an int.
 		InsertRaw: func(q sqlqueue.Queue, r sqlqueuetest.RawRow) sqlqueue.Stmt {
 			return sqlqueue.Stmt{
-				SQL:  `INSERT INTO ` + q.Table + ` (uuid, headers, body, state) VALUES (@p1, @p2, @p3, @p4)`,
-				Args: []any{r.UUID, r.Headers, r.Body, r.State},
+				SQL: `INSERT INTO ` + q.Table + ` (uuid, headers, body, state, owner, lease_until)
+VALUES (@p1, @p2, @p3, @p4, NULLIF(@p5, 0),
+	CASE WHEN @p6 <> 0 THEN DATEADD(millisecond, CAST(@p6 % 1000 AS int), DATEADD(second, CAST(@p6 / 1000 AS int), SYSUTCDATETIME())) END)`,
+				Args: []any{r.UUID, r.Headers, r.Body, r.State, r.Owner, r.Lease.Milliseconds()},
 			}
 		},
 		// Only parsed: the bad parameters fail before anything connects.
 		URL:  func(*testing.T) string { return "sqlserver://sa:x@127.0.0.1:1?database=test" },
 		Kill: killSessions,
+		// state is a tinyint (0 to 255): no negative state can be written.
+		StrayStates: []any{255},
 	})
 }
 

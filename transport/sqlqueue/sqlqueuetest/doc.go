@@ -2,7 +2,8 @@
 // sqlqueue runs: the engine's guarantees (the lease gate, release on
 // close, recovery of a killed instance, dead-letter rows, exactly-once
 // claims under competition, bad rows written by other tools, commit order,
-// subscribing next to open writers, bad URLs) checked against a real
+// subscribing next to open writers, bad URLs, stray rows the sweeper
+// dead-letters) checked against a real
 // database. Package transporttest checks what every transport promises; this
 // kit checks what only a queue table can get wrong. A dialect's test hands
 // Run a Harness: a few hooks where databases differ (how to open a fresh
@@ -63,6 +64,16 @@
 //     a writer's (PostgreSQL's SHARE lock of CREATE INDEX, SQL Server's Sch-M
 //     or S) would wait for the open transaction and the case's 10-second
 //     deadline fails it.
+//   - SweepDeadLettersStrayRows: rows written by hand that no statement
+//     would touch again (fetched or processing with no lease; state 7 with
+//     no lease, a lease ahead or one passed; Harness.StrayStates) are moved
+//     to the error table by one sweep, each with its reason ("stray row:
+//     state 1 with no lease", "stray row: state 7 is not a known state");
+//     the pending row, the claimed row and a processing row with its lease
+//     stay as they were; Stats.Stray and Stats.DeadLettered count them, and
+//     a second sweep finds none. The rows carry an owner and a lease
+//     relative to the database's clock (RawRow.Owner, RawRow.Lease), which
+//     Harness.InsertRaw writes.
 //
 // # Opting out
 //
@@ -81,6 +92,11 @@
 //     instead (never closed, its rows fetched and processing until after
 //     the check): recovery is driven by leases, not by sessions ending.
 //   - URL nil: BadURLParameterNamesItself skips.
+//   - StrayStates: SweepDeadLettersStrayRows writes only the unknown states
+//     the harness lists besides 7, since the state column's type decides
+//     what it can hold: SQL Server's tinyint holds no negative state, so
+//     its harness lists 255 where PostgreSQL's lists -1 (and SQLite's -1
+//     and a text state).
 //
 // # Fuzzing URLs
 //

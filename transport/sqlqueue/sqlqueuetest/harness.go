@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -26,7 +27,8 @@ type Harness struct {
 	Placeholder func(n int) string
 
 	// InsertRaw returns a statement inserting r into q's table as plain SQL
-	// from another tool would: r's values bound as they are, the other
+	// from another tool would: r's values bound as they are (r.State is
+	// never nil here), owner and lease_until as RawRow documents, the other
 	// columns at values that make the row due now. Required.
 	InsertRaw func(q sqlqueue.Queue, r RawRow) sqlqueue.Stmt
 
@@ -52,6 +54,14 @@ type Harness struct {
 	// INTEGER headers, a TEXT body), inserted by BadInput with the kit's
 	// own.
 	BadRows []BadRow
+
+	// StrayStates are more states outside 0, 1 and 2 that the state column
+	// can hold, besides the 7 that SweepDeadLettersStrayRows always writes:
+	// the case writes a row in each, once with no lease and once with a
+	// lease an hour ahead, and expects both dead-lettered as of an unknown
+	// state. PostgreSQL: -1; SQLite: -1 and a text state; SQL Server's
+	// tinyint holds no negative: 255. Nil adds none.
+	StrayStates []any
 }
 
 // Env is one fresh, isolated database opened by Harness.Open.
@@ -69,14 +79,24 @@ type Env struct {
 }
 
 // RawRow is a queue table row as plain SQL writes it, bypassing the
-// publisher. Headers and Body are bound as they are (a string, []byte or
-// integer), so a harness may hold what the publisher never writes.
+// publisher. Headers, Body and State are bound as they are (a string,
+// []byte or integer), so a harness may hold what the publisher never
+// writes.
 type RawRow struct {
 	UUID    string
 	Headers any
 	Body    any
-	// State is the state column: sqlqueue.StatePending (0) unless set.
-	State int
+	// State is the state column; nil is sqlqueue.StatePending (0), filled
+	// in by the kit before InsertRaw sees the row. An integer, or what only
+	// a lax column holds (SQLite: text).
+	State any
+	// Owner is the owner column; 0 is NULL, as on a row nobody claimed.
+	Owner int64
+	// Lease sets lease_until to the database's now plus Lease, in whole
+	// milliseconds (negative: already passed); 0 is NULL. The database's now is the clock the
+	// dialect compares leases with: PostgreSQL now(), SQL Server
+	// SYSUTCDATETIME(), SQLite the process clock in Unix milliseconds.
+	Lease time.Duration
 }
 
 // BadRow is a row written by hand, as another tool (or a bug, or a disk)
@@ -129,6 +149,7 @@ var cases = []struct {
 	{"CommitOrderSafety", testCommitOrder},
 	{"BadInput", testBadInput},
 	{"SubscribeToExistingQueueTakesNoTableLock", testSubscribeWhileWriting},
+	{"SweepDeadLettersStrayRows", testSweepStray},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
@@ -175,6 +196,9 @@ type execer interface {
 // insert writes r into q's table with the harness's InsertRaw.
 func (f *fixture) insert(t *testing.T, ex execer, q sqlqueue.Queue, r RawRow) {
 	t.Helper()
+	if r.State == nil {
+		r.State = sqlqueue.StatePending
+	}
 	st := f.h.InsertRaw(q, r)
 	if _, err := ex.ExecContext(context.Background(), st.SQL, st.Args...); err != nil {
 		t.Fatalf("insert %q: %v", r.UUID, err)
