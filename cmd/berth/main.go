@@ -11,7 +11,9 @@
 // a temporary file). The operations commands take the same transport URLs
 // as the services (or $BERTH_URL). Every command prints its flags with
 // --help. Exit codes: 0 success, 1 failure (including an unhealthy
-// service for berth health), 2 a command-line mistake.
+// service for berth health, and a bench scenario skipped without
+// --allow-skip), 2 a command-line mistake (an unknown flag or command, a
+// bad flag value, a URL naming no transport or with a bad parameter).
 package main
 
 import (
@@ -22,12 +24,19 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
+
+	"github.com/berth-go/berth/transport"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first Ctrl-C stops the command gracefully (the demo still prints
+	// its summary); a second one kills it.
+	context.AfterFunc(ctx, stop)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -44,7 +53,13 @@ Usage:
 Run 'berth <command> --help' for the command's flags.
 `
 
-// run dispatches to a command and returns the process exit code.
+// commands names the commands in the order the usage lists them.
+const commands = "demo, migrate, queues, dlq, health, bench"
+
+// run dispatches to a command and returns the process exit code. Every
+// error is printed once, on one line, prefixed with the command ("berth
+// dlq list: …"); a command-line mistake (a usage error, or a URL that
+// names no transport or has a bad parameter) adds a hint and exits 2.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -68,19 +83,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "berth: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "berth: unknown command %q (commands: %s)\n", args[0], commands)
 		return 2
 	}
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
-	}
-	if isUsage(err) {
-		fmt.Fprintf(stderr, "berth %s: %v (see 'berth %s --help')\n", args[0], err, args[0])
+	case isUsage(err) || errors.Is(err, transport.ErrInvalidConfig) || errors.Is(err, transport.ErrUnknownScheme):
+		fmt.Fprintf(stderr, "berth %s: %s; see --help\n", commandName(args), errorText(err))
 		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "berth %s: %v\n", args[0], err)
+	default:
+		fmt.Fprintf(stderr, "berth %s: %s\n", commandName(args), errorText(err))
 		return 1
 	}
-	return 0
+}
+
+// commandName is the command that args ran: "demo", or "dlq list" for a
+// dlq subcommand.
+func commandName(args []string) string {
+	if args[0] == "dlq" && len(args) > 1 && slices.Contains(dlqSubcommands, args[1]) {
+		return "dlq " + args[1]
+	}
+	return args[0]
+}
+
+// errorText is err's message without the "berth: " of Berth's sentinels
+// (transport.ErrInvalidConfig is "berth: invalid config"): run's prefix
+// already says berth.
+func errorText(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "berth: ")
+	return strings.ReplaceAll(msg, ": berth: ", ": ")
 }

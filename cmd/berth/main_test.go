@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,16 +48,20 @@ func TestDemoRunsToSummary(t *testing.T) {
 	}
 }
 
+// commandWord is berth as a command name ("berth demo:", "berth:"), not in
+// a path such as github.com/berth-go/berth/transport/all.
+var commandWord = regexp.MustCompile(`\bberth[ :]`)
+
 func TestDemoBadInput(t *testing.T) {
 	cases := map[string]struct {
 		args []string
 		code int
 	}{
-		"unknown scheme":   {[]string{"demo", "--url", "nosuch://x"}, 1},
-		"bad parameter":    {[]string{"demo", "--url", "mem://x?concurrency=-5"}, 1},
+		"unknown scheme":   {[]string{"demo", "--url", "nosuch://x"}, 2},
+		"bad parameter":    {[]string{"demo", "--url", "sqlite://:memory:?concurrency=-5"}, 2},
 		"unreachable":      {[]string{"demo", "--url", "postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", "--timeout", "20s"}, 1},
 		"bad messages":     {[]string{"demo", "--messages", "0"}, 2},
-		"unknown flag":     {[]string{"demo", "--frobnicate"}, 1},
+		"unknown flag":     {[]string{"demo", "--frobnicate"}, 2},
 		"unknown command":  {[]string{"frobnicate"}, 2},
 		"no command":       {nil, 2},
 		"dlq no sub":       {[]string{"dlq"}, 2},
@@ -63,8 +69,8 @@ func TestDemoBadInput(t *testing.T) {
 		"dlq show no id":   {[]string{"dlq", "show", "--url", "sqlite://:memory:"}, 2},
 		"dlq bad filter":   {[]string{"dlq", "list", "--url", "sqlite://:memory:", "--filter", "older=yesterday"}, 2},
 		"queues no url":    {[]string{"queues"}, 2},
-		"queues bad url":   {[]string{"queues", "--url", "nosuch://x"}, 1},
-		"queues bad param": {[]string{"queues", "--url", "sqlite://:memory:?frob=1"}, 1},
+		"queues bad url":   {[]string{"queues", "--url", "nosuch://x"}, 2},
+		"queues bad param": {[]string{"queues", "--url", "sqlite://:memory:?frob=1"}, 2},
 		"migrate mem":      {[]string{"migrate", "--url", "mem://x"}, 1},
 		"migrate pg down":  {[]string{"migrate", "--url", "postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, 1},
 		"sqs down":         {[]string{"queues", "--url", "sqs://test:test@127.0.0.1:1?region=us-east-1&request_attempts=1"}, 1},
@@ -83,7 +89,42 @@ func TestDemoBadInput(t *testing.T) {
 			if errs == "" {
 				t.Fatal("no error message")
 			}
+			if c.args != nil && (strings.Count(errs, "\n") != 1 || len(commandWord.FindAllString(errs, -1)) != 1) {
+				t.Fatalf("stderr is not one line naming berth once:\n%s", errs)
+			}
 		})
+	}
+}
+
+// A command-line mistake exits 2 with one line: the command, the error and
+// a hint; never the whole usage, never the error twice.
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--frobnicate"}, "berth demo: unknown flag --frobnicate; see --help"},
+		{[]string{"demo", "--messages", "x"}, `berth demo: invalid value "x" for --messages: parse error; see --help`},
+		{[]string{"demo", "--messages"}, "berth demo: flag --messages needs a value; see --help"},
+		{[]string{"demo", "extra"}, `berth demo: unexpected argument "extra"; see --help`},
+		{[]string{"queues", "--limit", "3"}, "berth queues: unknown flag --limit; see --help"},
+		{[]string{"queues", "--json=maybe"}, `berth queues: invalid boolean value "maybe" for --json: parse error; see --help`},
+		{[]string{"migrate", "--frob"}, "berth migrate: unknown flag --frob; see --help"},
+		{[]string{"health", "--timeout", "soon"}, `berth health: invalid value "soon" for --timeout: parse error; see --help`},
+		{[]string{"bench", "--scale", "0"}, "berth bench: --scale must be > 0; see --help"},
+		{[]string{"dlq"}, "berth dlq: missing subcommand: list, show, replay or purge; see --help"},
+		{[]string{"dlq", "lst"}, `berth dlq: unknown subcommand "lst": want list, show, replay or purge; see --help`},
+		{[]string{"dlq", "show"}, "berth dlq show: needs exactly one ID; see --help"},
+		{[]string{"dlq", "show", "1", "--limit", "3"}, "berth dlq show: unknown flag --limit; see --help"},
+		{[]string{"dlq", "list", "--limit", "-1", "--url", "sqlite://:memory:"}, "berth dlq list: --limit must be ≥ 0 (0: all), got -1; see --help"},
+		{[]string{"dlq", "list", "--url", "nosuch://x"}, `berth dlq list: unknown URL scheme: "nosuch" has no queues to inspect (want postgres://, sqlite://, sqlserver:// or sqs://); see --help`},
+		{[]string{"frobnicate"}, `berth: unknown command "frobnicate" (commands: demo, migrate, queues, dlq, health, bench)`},
+	}
+	for _, c := range cases {
+		code, out, errs := runCmd(t, c.args...)
+		if code != 2 || errs != c.want+"\n" || out != "" {
+			t.Errorf("berth %s: exit %d\nstderr: %q\nwant:   %q\nstdout: %q", strings.Join(c.args, " "), code, errs, c.want+"\n", out)
+		}
 	}
 }
 
@@ -93,16 +134,43 @@ func TestHelp(t *testing.T) {
 		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "replay"}, {"dlq", "purge"},
 	}
 	for _, c := range cmds {
-		code, _, errs := runCmd(t, append(c, "--help")...)
-		if code != 0 {
-			t.Fatalf("%v --help: exit %d", c, code)
+		code, out, errs := runCmd(t, append(c, "--help")...)
+		if code != 0 || out != "" {
+			t.Fatalf("%v --help: exit %d, stdout %q", c, code, out)
 		}
-		if !strings.Contains(errs, "Usage: berth "+c[0]) || !strings.Contains(errs, "Flags:") {
+		if !strings.HasPrefix(errs, "Usage: berth "+strings.Join(c, " ")) || strings.Count(errs, "Usage:") != 1 || !strings.Contains(errs, "Flags:") {
 			t.Fatalf("%v --help lacks usage or flags:\n%s", c, errs)
 		}
 	}
 	code, out, _ := runCmd(t, "help")
 	if code != 0 || !strings.Contains(out, "berth dlq") {
 		t.Fatalf("help: exit %d\n%s", code, out)
+	}
+	code, _, errs := runCmd(t, "dlq", "--help")
+	if code != 0 || !strings.Contains(errs, "berth dlq show ID") {
+		t.Fatalf("dlq --help: exit %d\n%s", code, errs)
+	}
+}
+
+// berth dlq show --help lists what show accepts (--url, --json) and nothing
+// of the other subcommands' (filters, --limit, --dry-run).
+func TestDlqShowHelp(t *testing.T) {
+	_, _, errs := runCmd(t, "dlq", "show", "--help")
+	if !strings.HasPrefix(errs, "Usage: berth dlq show ID [--url URL] [--json]\n") {
+		t.Fatalf("dlq show --help:\n%s", errs)
+	}
+	var flags []string
+	for _, l := range strings.Split(errs, "\n") {
+		if strings.HasPrefix(l, "  -") {
+			flags = append(flags, strings.Fields(l)[0])
+		}
+	}
+	if !slices.Equal(flags, []string{"-json", "-url"}) {
+		t.Fatalf("dlq show --help lists flags %v, want -json and -url:\n%s", flags, errs)
+	}
+	for _, other := range []string{"--queue", "--reason", "--older-than", "--filter", "--limit", "--dry-run", "Filters"} {
+		if strings.Contains(errs, other) {
+			t.Fatalf("dlq show --help mentions %s:\n%s", other, errs)
+		}
 	}
 }

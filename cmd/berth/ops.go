@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -149,18 +150,35 @@ func dash(s string) string {
 	return s
 }
 
-const dlqUsage = `berth dlq list    [--url URL] [filters] [--limit N] [--json]
-       berth dlq show ID [--url URL] [--json]
-       berth dlq replay  [--url URL] [filters] [--dry-run]
-       berth dlq purge   [--url URL] [filters] [--dry-run]`
+// dlqSubcommands are berth dlq's subcommands, in the order the help
+// lists them.
+var dlqSubcommands = []string{"list", "show", "replay", "purge"}
+
+// dlqSynopsis is each dlq subcommand's usage line.
+var dlqSynopsis = map[string]string{
+	"list":   "berth dlq list [--url URL] [filters] [--limit N] [--json]",
+	"show":   "berth dlq show ID [--url URL] [--json]",
+	"replay": "berth dlq replay [--url URL] [filters] [--dry-run]",
+	"purge":  "berth dlq purge [--url URL] [filters] [--dry-run]",
+}
+
+const dlqFilters = `
+Filters (combined with AND):
+  --queue Q        queue table or topic (SQL), source queue name (SQS); an
+                   unknown queue is an error
+  --reason TEXT    reason contains TEXT (case-insensitive)
+  --older-than D   dead-lettered more than D ago (e.g. 1h, 30m)
+  --newer-than D   dead-lettered less than D ago
+  --filter K=V     the same as key=value: queue=, reason=, older=, newer=, id= (repeatable)`
 
 func dlq(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintf(stderr, "Usage: %s\n\nWorks on dead letters: the SQL error table, or the SQS dead-letter queue\nnamed by the URL's dead_letter_queue parameter.\nRun 'berth dlq <list|show|replay|purge> --help' for flags.\n", dlqUsage)
-		if len(args) == 0 {
-			return usagef("dlq needs a subcommand: list, show, replay or purge")
-		}
-		return nil
+	if len(args) == 0 {
+		return usagef("missing subcommand: list, show, replay or purge")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "Usage: %s\n\nWorks on dead letters: the SQL error table, or the SQS dead-letter queue\nnamed by the URL's dead_letter_queue parameter.\nRun 'berth dlq <list|show|replay|purge> --help' for flags.\n",
+			strings.Join([]string{dlqSynopsis["list"], dlqSynopsis["show"], dlqSynopsis["replay"], dlqSynopsis["purge"]}, "\n       "))
+		return flag.ErrHelp
 	}
 	sub, args := args[0], args[1:]
 	about := map[string]string{
@@ -170,16 +188,12 @@ func dlq(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"purge":  "Deletes dead letters for good. --dry-run lists what would be deleted.",
 	}[sub]
 	if about == "" {
-		return usagef("unknown dlq subcommand %q (want list, show, replay or purge)", sub)
+		return usagef("unknown subcommand %q: want list, show, replay or purge", sub)
 	}
-	fs := newFlags("berth dlq "+sub, dlqUsage, about+`
-
-Filters (list, replay, purge; combined with AND):
-  --queue Q        queue table or topic (SQL), source queue name (SQS)
-  --reason TEXT    reason contains TEXT (case-insensitive)
-  --older-than D   dead-lettered more than D ago (e.g. 1h, 30m)
-  --newer-than D   dead-lettered less than D ago
-  --filter K=V     the same as key=value: queue=, reason=, older=, newer=, id= (repeatable)`, stderr)
+	if sub != "show" {
+		about += "\n" + dlqFilters
+	}
+	fs := newFlags("berth dlq "+sub, dlqSynopsis[sub], about, stderr)
 	u := fs.String("url", envURL(), "transport URL; default $BERTH_URL")
 	var f inspect.Filter
 	var filters multi
@@ -207,11 +221,14 @@ Filters (list, replay, purge; combined with AND):
 	}
 	if sub == "show" {
 		if len(pos) != 1 {
-			return usagef("dlq show needs exactly one ID")
+			return usagef("needs exactly one ID")
 		}
 		f.IDs = pos
 	} else if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
+	}
+	if limit < 0 {
+		return usagef("--limit must be ≥ 0 (0: all), got %d", limit)
 	}
 	for _, kv := range filters {
 		k, v, ok := strings.Cut(kv, "=")
@@ -273,6 +290,9 @@ Filters (list, replay, purge; combined with AND):
 		return nil
 	case "replay":
 		ds, err := in.Replay(ctx, f, dry)
+		if err != nil && len(ds) == 0 {
+			return err
+		}
 		verb := "replayed"
 		if dry {
 			verb = "would replay"
@@ -284,6 +304,9 @@ Filters (list, replay, purge; combined with AND):
 		return err
 	default:
 		ds, err := in.Purge(ctx, f, dry)
+		if err != nil && len(ds) == 0 {
+			return err
+		}
 		verb := "purged"
 		if dry {
 			verb = "would purge"
