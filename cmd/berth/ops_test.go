@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport/postgres"
 )
 
 // deadLetters lists the dead letters as JSON.
@@ -139,6 +141,101 @@ func TestOpsSQLite(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("migrate --print lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// The read-only commands create nothing: a SQLite URL naming a missing file
+// is an error and the file stays missing (so do its -wal and -shm).
+func TestReadOnlyCommandsCreateNoSQLiteFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "missing.db")
+	u := "sqlite://" + path
+	for _, args := range [][]string{
+		{"queues", "--url", u},
+		{"dlq", "list", "--url", u},
+		{"dlq", "show", "1", "--url", u},
+		{"dlq", "replay", "--url", u, "--dry-run"},
+		{"dlq", "purge", "--url", u, "--dry-run"},
+	} {
+		code, out, errs := runCmd(t, args...)
+		want := "berth " + commandName(args) + ": no such database: no file " + path + "\n"
+		if code != 1 || errs != want || out != "" {
+			t.Errorf("berth %s: exit %d\nstderr: %q\nwant:   %q\nstdout: %q", strings.Join(args, " "), code, errs, want, out)
+		}
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		t.Fatalf("files created: %v", es)
+	}
+}
+
+// dlq list, replay and purge of a queue that does not exist are errors; of
+// a queue that exists with no dead letters, an empty result.
+func TestDlqUnknownQueue(t *testing.T) {
+	u := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
+	mustRun(t, "migrate", "--url", u, "--queue", "orders")
+	for _, sub := range []string{"list", "replay", "purge"} {
+		code, out, errs := runCmd(t, "dlq", sub, "--url", u, "--queue", "nosuch")
+		want := "berth dlq " + sub + `: queue does not exist: "nosuch" is no queue table or topic here` + "\n"
+		if code != 1 || errs != want || out != "" {
+			t.Errorf("dlq %s --queue nosuch: exit %d\nstderr: %q\nwant:   %q\nstdout: %q", sub, code, errs, want, out)
+		}
+	}
+	for _, q := range []string{"orders", "berth_q_orders"} {
+		if out := mustRun(t, "dlq", "list", "--url", u, "--queue", q); out != "no dead letters\n" {
+			t.Fatalf("dlq list --queue %s: %q", q, out)
+		}
+		if out := mustRun(t, "dlq", "replay", "--url", u, "--queue", q); out != "replayed 0 dead letter(s)\n" {
+			t.Fatalf("dlq replay --queue %s: %q", q, out)
+		}
+	}
+}
+
+// On PostgreSQL the read-only commands neither create the schema the URL
+// names nor any table in an existing one.
+func TestReadOnlyCommandsCreateNothingOnPostgres(t *testing.T) {
+	base := testenv.PostgresURL(t)
+	schemaURL, schema := testenv.PostgresSchema(t)
+	db, err := postgres.Open(base, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	count := func(q string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	missing := testenv.UniqueName("missing")
+	pu, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := pu.Query()
+	q.Set("schema", missing)
+	pu.RawQuery = q.Encode()
+	u := pu.String()
+	for _, args := range [][]string{{"queues", "--url", u}, {"dlq", "list", "--url", u}, {"dlq", "show", "1", "--url", u}} {
+		code, out, errs := runCmd(t, args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errs, "berth "+commandName(args)+": no such database: schema "+missing+" does not exist at ") {
+			t.Errorf("berth %s: exit %d\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, errs, out)
+		}
+	}
+	if n := count(`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, missing); n != 0 {
+		t.Fatalf("schema %s was created", missing)
+	}
+
+	if out := mustRun(t, "queues", "--url", schemaURL); out != "no queues\n" {
+		t.Fatalf("queues on an empty schema: %q", out)
+	}
+	if out := mustRun(t, "dlq", "list", "--url", schemaURL); out != "no dead letters\n" {
+		t.Fatalf("dlq list on an empty schema: %q", out)
+	}
+	if n := count(`SELECT count(*) FROM information_schema.tables WHERE table_schema = $1`, schema); n != 0 {
+		t.Fatalf("%d table(s) created in schema %s", n, schema)
 	}
 }
 

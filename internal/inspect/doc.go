@@ -16,6 +16,12 @@
 // subscribers are woken by NOTIFY) and deletes it from the error table, in
 // one transaction.
 //
+// Open, for the read-only and dead-letter commands, creates nothing: a
+// SQLite file or a schema (URL parameter schema) that does not exist is
+// ErrNoDatabase, where OpenSQL (for Migrate) would create the file. A
+// Filter naming a queue that does not exist makes DeadLetters, Replay and
+// Purge fail with an error wrapping transport.ErrQueueNotFound.
+//
 // # SQS
 //
 // OpenSQS accepts sqs:// URLs. Queues reads each queue's approximate counts

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +26,10 @@ import (
 // ErrNotSQL is returned by OpenSQL for a URL of a transport without tables.
 var ErrNotSQL = errors.New("inspect: not a SQL transport URL")
 
+// ErrNoDatabase is returned by Open when the URL names a SQLite file or a
+// schema that does not exist: inspecting never creates them.
+var ErrNoDatabase = errors.New("no such database")
+
 // SQL is one SQL deployment: a pool, its dialect and where its tables are.
 type SQL struct {
 	DB      *sql.DB
@@ -34,6 +40,7 @@ type SQL struct {
 	Kind   string
 	closer io.Closer
 	open   func() (*sql.DB, io.Closer, error)
+	path   string // the SQLite file; "" for other kinds and :memory:
 	where  string // the redacted URL, for errors
 	now    func() time.Time
 }
@@ -101,6 +108,9 @@ func PlanSQL(rawURL string) (*SQL, error) {
 			return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 		}
 		s.Dialect, s.Tables, s.Kind = sqlite.Dialect{}, sc.Tables, "sqlite"
+		if path != sqlite.Memory {
+			s.path = path
+		}
 		s.open = func() (*sql.DB, io.Closer, error) {
 			db, closer, err := sqlite.Open(path)
 			return db, closer, err
@@ -126,11 +136,24 @@ func PlanSQL(rawURL string) (*SQL, error) {
 }
 
 // OpenSQL is PlanSQL, then it opens a pool and checks that the database
-// answers.
+// answers. A SQLite file that does not exist is created (as the
+// transports do), for Migrate.
 func OpenSQL(ctx context.Context, rawURL string) (*SQL, error) {
+	return openSQL(ctx, rawURL, false)
+}
+
+// openSQL is OpenSQL; with existing, a SQLite file or a schema (URL
+// parameter schema) that does not exist is ErrNoDatabase, and nothing is
+// created.
+func openSQL(ctx context.Context, rawURL string, existing bool) (*SQL, error) {
 	s, err := PlanSQL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if existing && s.path != "" {
+		if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: no file %s", ErrNoDatabase, s.path)
+		}
 	}
 	db, closer, err := s.open()
 	if err != nil {
@@ -143,7 +166,37 @@ func OpenSQL(ctx context.Context, rawURL string) (*SQL, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("cannot reach %s at %s: %w", s.Kind, s.where, err)
 	}
+	if existing && s.Tables.Schema != "" {
+		ok, err := s.schemaExists(ctx)
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("look up schema %s: %w", s.Tables.Schema, err)
+		}
+		if !ok {
+			_ = s.Close()
+			return nil, fmt.Errorf("%w: schema %s does not exist at %s", ErrNoDatabase, s.Tables.Schema, s.where)
+		}
+	}
 	return s, nil
+}
+
+// schemaExists reports whether the tables' schema exists (PostgreSQL, SQL
+// Server; SQLite has none).
+func (s *SQL) schemaExists(ctx context.Context) (bool, error) {
+	var q string
+	switch s.Kind {
+	case "postgres":
+		q = `SELECT count(*) FROM pg_namespace WHERE nspname = $1`
+	case "sqlserver":
+		q = `SELECT count(*) FROM sys.schemas WHERE name = @p1`
+	default:
+		return true, nil
+	}
+	var n int
+	if err := s.DB.QueryRowContext(ctx, q, s.Tables.Schema).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
 }
 
 // Close closes the pool.
@@ -525,6 +578,11 @@ func (s *SQL) selectDead(ctx context.Context, f Filter, limit int) ([]errRow, er
 	for _, q := range subs {
 		topics[q.Name] = q.Topic
 	}
+	if f.Queue != "" {
+		if err := s.checkQueue(ctx, f.Queue, subs); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := s.DB.QueryContext(ctx, `SELECT id, queue_table, message_uuid, headers, body, attempts, reason, failed_at FROM `+s.Names.Errors+` ORDER BY id`)
 	if err != nil {
 		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
@@ -555,6 +613,35 @@ func (s *SQL) selectDead(ctx context.Context, f Filter, limit int) ([]errRow, er
 		}
 	}
 	return out, rows.Err()
+}
+
+// checkQueue returns an error wrapping transport.ErrQueueNotFound unless
+// name is a known queue: a subscribed topic or queue table, a queue table
+// in the catalog (by its name or its topic's), or the queue of dead letters.
+func (s *SQL) checkQueue(ctx context.Context, name string, subs []sqlqueue.Queue) error {
+	for _, q := range subs {
+		if q.Name == name || q.Topic == name {
+			return nil
+		}
+	}
+	tables, err := s.queueTables(ctx)
+	if err != nil {
+		return err
+	}
+	byTopic := sqlqueue.QueueFor(s.Dialect, s.Tables, name, "").Name
+	for _, t := range tables {
+		if t == name || t == byTopic {
+			return nil
+		}
+	}
+	dead, err := s.deadCounts(ctx)
+	if err != nil {
+		return err
+	}
+	if dead[name] > 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %q is no queue table or topic here", transport.ErrQueueNotFound, name)
 }
 
 func toTime(v any) time.Time {

@@ -207,6 +207,16 @@ func (s *SQS) dlqURL(ctx context.Context, name string) (string, error) {
 	return *out.QueueUrl, nil
 }
 
+// checkQueue returns an error wrapping transport.ErrQueueNotFound when f
+// selects a source queue that does not exist.
+func (s *SQS) checkQueue(ctx context.Context, f Filter) error {
+	if f.Queue == "" {
+		return nil
+	}
+	_, err := s.dlqURL(ctx, f.Queue)
+	return err
+}
+
 // received is one message of the dead-letter queue.
 type received struct {
 	DeadLetter
@@ -312,6 +322,9 @@ func (s *SQS) scan(ctx context.Context, hold time.Duration, fn func(r received) 
 // Messages are received with a short visibility timeout (SQS has no peek)
 // and made visible again as soon as the listing ends.
 func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLetter, error) {
+	if err := s.checkQueue(ctx, f); err != nil {
+		return nil, err
+	}
 	var out []DeadLetter
 	var receipts []string
 	now := s.now()
@@ -348,6 +361,9 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 func (s *SQS) settle(ctx context.Context, f Filter, dryRun bool, fn func(qurl string, r received) error) ([]DeadLetter, error) {
 	if dryRun {
 		return s.DeadLetters(ctx, f, 0)
+	}
+	if err := s.checkQueue(ctx, f); err != nil {
+		return nil, err
 	}
 	qurl := ""
 	if s.DLQ != "" {
@@ -431,7 +447,9 @@ func (s *SQS) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, 
 	})
 }
 
-// Open opens the Inspector of a SQL or SQS URL.
+// Open opens the Inspector of a SQL or SQS URL. It creates nothing: a
+// SQLite file or a schema (URL parameter schema) that does not exist is
+// ErrNoDatabase.
 func Open(ctx context.Context, rawURL string) (Inspector, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -440,7 +458,7 @@ func Open(ctx context.Context, rawURL string) (Inspector, error) {
 	if u.Scheme == "sqs" {
 		return OpenSQS(ctx, rawURL)
 	}
-	s, err := OpenSQL(ctx, rawURL)
+	s, err := openSQL(ctx, rawURL, true)
 	if errors.Is(err, ErrNotSQL) {
 		return nil, fmt.Errorf("%w: %q has no queues to inspect (want postgres://, sqlite://, sqlserver:// or sqs://)", transport.ErrUnknownScheme, u.Scheme)
 	}
