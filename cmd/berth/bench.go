@@ -39,22 +39,25 @@ type benchFile struct {
 }
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("berth bench", "berth bench [--scenario NAME]… [--scale F] [--out DIR] [--list]", `
+	fs := newFlags("berth bench", "berth bench [--scenario NAME]… [--scale F] [--out DIR] [--allow-skip] [--list]", `
 Runs Berth's benchmark scenarios with a progress bar on stderr, then writes
 their results to DIR/results.json (merged with the results already there for
 scenarios not run this time) and SVG charts to DIR: throughput and round
-trips per message by strategy and instance count, and heap over time.
-docs/benchmarks.md embeds the charts of docs/bench/.
+trips per message by strategy and instance count, and heap over time. DIR
+is the current directory unless --out names another; docs/benchmarks.md
+embeds the charts that --out docs/bench writes.
 
-Scenarios needing a service that is not configured are skipped with a
-message. The sql/ scenarios run on PostgreSQL (--postgres-url) and, when
---sqlserver-url is set, on SQL Server too (Berth alone there; their results
-and charts carry "sqlserver"). --charts-only redraws the charts from
-DIR/results.json.`, stderr)
+A scenario needing a service that is not configured is skipped with a
+message, and a run that skipped any exits 1 (after writing the results of
+the others) unless --allow-skip is given. The sql/ scenarios run on
+PostgreSQL (--postgres-url) and, when --sqlserver-url is set, on SQL Server
+too (Berth alone there; their results and charts carry "sqlserver").
+--charts-only redraws the charts from DIR/results.json.`, stderr)
 	var names multi
 	fs.Var(&names, "scenario", "run only this scenario (repeatable; default: all); see --list")
 	scale := fs.Float64("scale", 1, "multiply sizes and durations (1 = the documented full size)")
-	out := fs.String("out", filepath.Join("docs", "bench"), "directory for results.json and the SVG charts")
+	out := fs.String("out", ".", "directory for results.json and the SVG charts")
+	allowSkip := fs.Bool("allow-skip", false, "exit 0 even when a scenario is skipped for a service that is not configured")
 	pg := fs.String("postgres-url", os.Getenv("BERTH_TEST_POSTGRES_URL"), "PostgreSQL URL for the sql scenarios; default $BERTH_TEST_POSTGRES_URL")
 	sqsEP := fs.String("sqs-endpoint", os.Getenv("BERTH_TEST_SQS_ENDPOINT"), "SQS endpoint for the sqs scenarios; default $BERTH_TEST_SQS_ENDPOINT")
 	// Not the environment's value as the flag's default: --help would print
@@ -119,11 +122,11 @@ DIR/results.json.`, stderr)
 	}
 	have := services{"postgres": *pg, "sqs": *sqsEP, "sqlserver": *sqlServer}
 	var results []bench.Result
-	var ran []string
-	var failed []string
+	var ran, failed, skipped []string
 	for i, s := range run {
 		if missing := have.missing(s); missing != "" {
 			fmt.Fprintf(stderr, "skip %s: needs %s\n", s.Name, missing)
+			skipped = append(skipped, s.Name)
 			continue
 		}
 		bar := newProgressBar(stderr, fmt.Sprintf("[%d/%d] %s", i+1, len(run), s.Name))
@@ -172,7 +175,13 @@ DIR/results.json.`, stderr)
 	if len(failed) > 0 {
 		return fmt.Errorf("%d scenario(s) failed: %s", len(failed), strings.Join(failed, ", "))
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(skipped) > 0 && !*allowSkip {
+		return fmt.Errorf("%d scenario(s) skipped: %s (configure what they need, or pass --allow-skip)", len(skipped), strings.Join(skipped, ", "))
+	}
+	return nil
 }
 
 // remarks collects a scenario's bench.Env.Note remarks, each once.

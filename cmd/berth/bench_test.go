@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,7 +70,7 @@ var oneOfEnv = make(chan bench.Env, 1)
 
 func TestBenchWritesResultsAndCharts(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errs := runCmd(t, "bench", "--scenario", "test/fake", "--scenario", "test/needs-nothing-here", "--scale", "0.5", "--out", dir, "--sqs-endpoint", "")
+	code, out, errs := runCmd(t, "bench", "--scenario", "test/fake", "--scenario", "test/needs-nothing-here", "--scale", "0.5", "--out", dir, "--sqs-endpoint", "", "--allow-skip")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
@@ -105,6 +107,70 @@ func TestBenchWritesResultsAndCharts(t *testing.T) {
 	}
 }
 
+// A scenario that cannot run is skipped, the others' results are written,
+// and the exit code is 1 unless --allow-skip says skipping is fine.
+func TestBenchSkipFailsUnlessAllowed(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "bench", "--scenario", "test/needs-nothing-here", "--scenario", "test/fake", "--out", dir, "--sqs-endpoint", "")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, out, errs)
+	}
+	lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+	if lines[0] != "skip test/needs-nothing-here: needs sqs (--sqs-endpoint or BERTH_TEST_SQS_ENDPOINT)" ||
+		lines[len(lines)-1] != "berth bench: 1 scenario(s) skipped: test/needs-nothing-here (configure what they need, or pass --allow-skip)" {
+		t.Fatalf("stderr:\n%s", errs)
+	}
+	if !strings.HasSuffix(out, "wrote results.json and 4 chart(s) to "+dir+"\n") {
+		t.Fatalf("the scenario that ran was not written:\n%s", out)
+	}
+	code, _, errs = runCmd(t, "bench", "--scenario", "test/needs-nothing-here", "--out", dir, "--sqs-endpoint", "", "--allow-skip")
+	if code != 0 || errs != "skip test/needs-nothing-here: needs sqs (--sqs-endpoint or BERTH_TEST_SQS_ENDPOINT)\n" {
+		t.Fatalf("--allow-skip: exit %d\n%s", code, errs)
+	}
+}
+
+// Without --out, bench writes to the current directory, not to the
+// repository's docs/bench.
+func TestBenchWritesToCurrentDirectory(t *testing.T) {
+	docs, err := filepath.Abs(filepath.Join("..", "..", "docs", "bench"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := dirState(t, docs)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	out := mustRun(t, "bench", "--scenario", "test/fake")
+	if !strings.HasSuffix(out, "wrote results.json and 4 chart(s) to .\n") {
+		t.Fatalf("stdout:\n%s", out)
+	}
+	for _, name := range []string{"results.json", "test-fake-throughput.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := dirState(t, docs); !maps.Equal(before, after) {
+		t.Fatalf("docs/bench changed: %v → %v", before, after)
+	}
+}
+
+// dirState maps each file of dir to its size and modification time.
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range es {
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = fmt.Sprint(info.Size(), info.ModTime())
+	}
+	return m
+}
+
 func TestBenchList(t *testing.T) {
 	out := mustRun(t, "bench", "--list")
 	if !strings.Contains(out, "test/fake") || !strings.Contains(out, "needs: sqs") ||
@@ -123,7 +189,7 @@ func TestBenchSQLServerURL(t *testing.T) {
 	dir := t.TempDir()
 	benchRun := func(args ...string) (string, string) {
 		t.Helper()
-		code, out, errs := runCmd(t, append([]string{"bench", "--scenario", "test/one-of", "--out", dir}, args...)...)
+		code, out, errs := runCmd(t, append([]string{"bench", "--scenario", "test/one-of", "--out", dir, "--allow-skip"}, args...)...)
 		if code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 		}

@@ -5,7 +5,7 @@
 //	berth queues  --url URL [--json]
 //	berth dlq     list | show ID | replay | purge  --url URL [filters] [--dry-run]
 //	berth health  --addr http://host:port[/path]
-//	berth bench   [--scenario NAME]… [--scale F] [--out DIR]
+//	berth bench   [--scenario NAME]… [--scale F] [--out DIR] [--allow-skip]
 //
 // With no --url the demo runs on the embedded default transport (SQLite in
 // a temporary file). The operations commands take the same transport URLs
