@@ -34,9 +34,10 @@ const embeddedDefault = "sqlite (temporary file)"
 // to the same topic suffixed "_audit".
 const defaultTopic = "demo_orders"
 
-// URL parameters the demo sets when the URL leaves them out, so poison
-// orders reach the dead letters in seconds rather than after the default
-// ten attempts with backoff up to 30s.
+// URL parameters the demo sets when the URL leaves them out, on every
+// transport, so poison orders reach the dead letters in seconds rather
+// than after the default ten attempts with backoff up to 30s (about 54s
+// with the default 100ms first delay).
 var demoURLDefaults = map[string]string{"max_attempts": "3", "retry_delay": "20ms"}
 
 type demoOptions struct {
@@ -66,7 +67,7 @@ dead letters; a summary table ends the run.
 With no --url it runs on SQLite in a temporary file. --url points the same
 program at any transport: postgres://…, sqlserver://…, sqs://… (add
 create=true for SQS). Unless the URL sets them, the demo uses max_attempts=3
-and retry_delay=20ms.`, stderr)
+and retry_delay=20ms, on every transport.`, stderr)
 	var o demoOptions
 	fs.StringVar(&o.url, "url", "", "transport URL (mem://, sqlite:///path.db, postgres://, sqlserver://, sqs://); default: "+embeddedDefault)
 	fs.IntVar(&o.messages, "messages", 200, "orders to publish")
@@ -112,7 +113,7 @@ and retry_delay=20ms.`, stderr)
 	}
 	q := u.Query()
 	for k, v := range demoURLDefaults {
-		if !q.Has(k) && u.Scheme != "mem" {
+		if !q.Has(k) {
 			q.Set(k, v)
 		}
 	}
@@ -127,6 +128,17 @@ type demoStats struct {
 	mu                                                   sync.Mutex
 	seen                                                 map[string]bool
 	maxAttempts                                          int
+}
+
+// demoMaxAttempts is the subscriber URL's max_attempts (the demo always
+// sets one), for counting dead letters as the pipeline makes them.
+func demoMaxAttempts(subURL string) int {
+	if u, err := url.Parse(subURL); err == nil {
+		if n, err := strconv.Atoi(u.Query().Get("max_attempts")); err == nil {
+			return n
+		}
+	}
+	return transport.DefaultMaxAttempts
 }
 
 func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
@@ -144,14 +156,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	}
 	defer sub.Close()
 
-	st := &demoStats{seen: map[string]bool{}, maxAttempts: 3}
-	if u, err := url.Parse(o.subURL); err == nil {
-		if n, err := strconv.Atoi(u.Query().Get("max_attempts")); err == nil {
-			st.maxAttempts = n
-		} else if u.Scheme == "mem" {
-			st.maxAttempts = transport.DefaultMaxAttempts
-		}
-	}
+	st := &demoStats{seen: map[string]bool{}, maxAttempts: demoMaxAttempts(o.subURL)}
 
 	healthURL := ""
 	if o.healthAddr != "" {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -51,6 +52,20 @@ func TestDemoRunsToSummary(t *testing.T) {
 // commandWord is berth as a command name ("berth demo:", "berth:"), not in
 // a path such as github.com/berth-go/berth/transport/all.
 var commandWord = regexp.MustCompile(`\bberth[ :]`)
+
+// On mem:// the demo applies its short retry defaults like everywhere else
+// (it used to leave them out there: poison orders then waited out ten
+// attempts with backoff up to 25.6s, about 54s in all).
+func TestDemoMemFinishesInSeconds(t *testing.T) {
+	start := time.Now()
+	out := mustRun(t, "demo", "--url", "mem://fast", "--messages", "100", "--rate", "2000", "--poison", "0.2", "--health-addr", "")
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the demo on mem:// took %s", took)
+	}
+	if !strings.Contains(out, "\nlost                       0\n") {
+		t.Fatalf("output lacks lost 0:\n%s", out)
+	}
+}
 
 func TestDemoBadInput(t *testing.T) {
 	cases := map[string]struct {
