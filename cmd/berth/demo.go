@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,7 @@ type demoOptions struct {
 	healthAddr string
 	progress   time.Duration
 	timeout    time.Duration
+	hold       time.Duration // keep the health endpoint up after the run
 }
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -62,12 +64,17 @@ attempts (nacked, retried) and dead-letters poison orders, a batch handler
 (package batching) for each order's audit event, and the health endpoint
 (package health) on a local port. A progress line shows messages/s, the
 listeners' QueueCount, wave size, latched (too busy) listeners, faults and
-dead letters; a summary table ends the run.
+dead letters; a summary table ends the run, then the demo stops (or, with
+--hold, keeps running idle so that berth health can query it).
 
 With no --url it runs on SQLite in a temporary file. --url points the same
 program at any transport: postgres://…, sqlserver://…, sqs://… (add
 create=true for SQS). Unless the URL sets them, the demo uses max_attempts=3
-and retry_delay=20ms, on every transport.`, stderr)
+and retry_delay=20ms, on every transport.
+
+Ctrl-C stops it early: the orders not settled by then are reported as in
+flight (they stay on the queue). It exits 0 when every order was handled or
+dead-lettered, 1 when interrupted or timed out first.`, stderr)
 	var o demoOptions
 	fs.StringVar(&o.url, "url", "", "transport URL (mem://, sqlite:///path.db, postgres://, sqlserver://, sqs://); default: "+embeddedDefault)
 	fs.IntVar(&o.messages, "messages", 200, "orders to publish")
@@ -79,6 +86,7 @@ and retry_delay=20ms, on every transport.`, stderr)
 	fs.StringVar(&o.healthAddr, "health-addr", "127.0.0.1:0", "where to serve /healthz, /readyz, /livez (port 0: any free port; \"\": off)")
 	fs.DurationVar(&o.progress, "progress", 500*time.Millisecond, "progress line interval")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
+	fs.DurationVar(&o.hold, "hold", 0, "after the summary, keep the service and its health endpoint up this long (Ctrl-C ends it early)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -98,6 +106,14 @@ and retry_delay=20ms, on every transport.`, stderr)
 		return usagef("--topic must not be empty")
 	case o.batchSize < 1:
 		return usagef("--batch must be ≥ 1")
+	case o.progress <= 0:
+		return usagef("--progress must be > 0")
+	case o.timeout <= 0:
+		return usagef("--timeout must be > 0")
+	case o.hold < 0:
+		return usagef("--hold must be ≥ 0")
+	case o.hold > 0 && o.healthAddr == "":
+		return usagef("--hold keeps the health endpoint up: it needs --health-addr")
 	}
 	if o.url == "" {
 		dir, err := os.MkdirTemp("", "berth-demo-")
@@ -124,10 +140,31 @@ and retry_delay=20ms, on every transport.`, stderr)
 
 type demoStats struct {
 	published, handled, failed, duplicates, deadLettered atomic.Int64
-	batches, batched                                     atomic.Int64
+	auditPublished, batches, batched                     atomic.Int64
 	mu                                                   sync.Mutex
 	seen                                                 map[string]bool
 	maxAttempts                                          int
+	// changed is signalled, without blocking, after each count that may
+	// complete the run.
+	changed chan struct{}
+}
+
+func (st *demoStats) poke() {
+	select {
+	case st.changed <- struct{}{}:
+	default:
+	}
+}
+
+// inFlight is the orders published and not yet handled or dead-lettered.
+func (st *demoStats) inFlight() int64 {
+	return max(st.published.Load()-st.handled.Load()-st.deadLettered.Load(), 0)
+}
+
+// complete reports whether every published order is settled and every
+// published audit event batched (the publisher must have finished).
+func (st *demoStats) complete() bool {
+	return st.inFlight() == 0 && st.batched.Load() >= st.auditPublished.Load()
 }
 
 // demoMaxAttempts is the subscriber URL's max_attempts (the demo always
@@ -142,21 +179,22 @@ func demoMaxAttempts(subURL string) int {
 }
 
 func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	// runCtx bounds the run (--timeout, Ctrl-C); --hold is bounded by ctx.
+	runCtx, cancelRun := context.WithTimeout(ctx, o.timeout)
+	defer cancelRun()
 	logger := watermill.NopLogger{}
-	pub, err := transport.OpenPublisher(ctx, o.url, transport.WithLogger(logger))
+	pub, err := transport.OpenPublisher(runCtx, o.url, transport.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	sub, err := transport.OpenSubscriber(ctx, o.subURL, transport.WithLogger(logger))
+	sub, err := transport.OpenSubscriber(runCtx, o.subURL, transport.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 
-	st := &demoStats{seen: map[string]bool{}, maxAttempts: demoMaxAttempts(o.subURL)}
+	st := &demoStats{seen: map[string]bool{}, maxAttempts: demoMaxAttempts(o.subURL), changed: make(chan struct{}, 1)}
 
 	healthURL := ""
 	if o.healthAddr != "" {
@@ -203,8 +241,6 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
-	var doneOnce sync.Once
 	// settled records a message's outcome; the first one counts, a later
 	// one is a duplicate (a broker may deliver a message again: SQS
 	// standard queues at least once, and an SQS queue without a
@@ -213,7 +249,6 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		st.mu.Lock()
 		first := !st.seen[uuid]
 		st.seen[uuid] = true
-		n := len(st.seen)
 		st.mu.Unlock()
 		switch {
 		case !first:
@@ -223,9 +258,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		default:
 			st.handled.Add(1)
 		}
-		if n >= o.messages {
-			doneOnce.Do(func() { close(done) })
-		}
+		st.poke()
 	}
 	router.AddConsumerHandler("orders", o.topic, sub, func(m *message.Message) error {
 		poison := m.Metadata.Get("demo_poison") == "true"
@@ -253,19 +286,34 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	router.AddConsumerHandler("audit", o.topic+"_audit", audit, batching.HandlerFunc(func(_ context.Context, msgs []*message.Message) error {
 		st.batches.Add(1)
 		st.batched.Add(int64(len(msgs)))
+		st.poke()
 		return nil
 	}))
+	// The router runs until stop closes it, after the summary (and --hold).
 	routerErr := make(chan error, 1)
-	go func() { routerErr <- router.Run(ctx) }()
+	go func() { routerErr <- router.Run(context.WithoutCancel(ctx)) }()
 	select {
 	case <-router.Running():
 	case err := <-routerErr:
 		_ = router.Close() // stops the router's own watcher goroutine
 		return err
 	}
+	// stop closes the router, which starts closing the audit
+	// batching.Subscriber: it hands its open batch to the router before the
+	// subscription ends, and its own Close waits until that is done.
+	stop := sync.OnceFunc(func() {
+		_ = router.Close()
+		<-routerErr
+		_ = audit.Close()
+	})
+	defer stop()
 
-	if healthURL != "" {
-		fmt.Fprintf(stdout, "health: %s  (try: berth health --addr %s)\n", healthURL, strings.TrimSuffix(healthURL, "/healthz"))
+	healthAddr := strings.TrimSuffix(healthURL, "/healthz")
+	switch {
+	case healthURL != "" && o.hold > 0:
+		fmt.Fprintf(stdout, "health: %s  (try: berth health --addr %s; up until %s after the run)\n", healthURL, healthAddr, o.hold)
+	case healthURL != "":
+		fmt.Fprintf(stdout, "health: %s  (try: berth health --addr %s while it runs, or run with --hold 1m)\n", healthURL, healthAddr)
 	}
 	start := time.Now()
 	pubDone := make(chan struct{})
@@ -275,7 +323,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		defer tick.Stop()
 		for i := 0; i < o.messages; i++ {
 			select {
-			case <-ctx.Done():
+			case <-runCtx.Done():
 				return
 			case <-tick.C:
 			}
@@ -288,7 +336,9 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 				continue
 			}
 			st.published.Add(1)
-			_ = pub.Publish(o.topic+"_audit", a)
+			if err := pub.Publish(o.topic+"_audit", a); err == nil {
+				st.auditPublished.Add(1)
+			}
 		}
 	}()
 
@@ -300,32 +350,54 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	}
 	progress := time.NewTicker(o.progress)
 	defer progress.Stop()
-	var result error
+	// stopped says why the run ended before every order settled; "" when
+	// it completed.
+	stopped := ""
+	published := pubDone
 loop:
-	for {
+	for published != nil || !st.complete() {
 		select {
-		case <-done:
-			break loop
-		case <-ctx.Done():
-			result = fmt.Errorf("demo did not finish: %w", ctx.Err())
+		case <-published:
+			published = nil // all published (or given up): from now on, complete() decides
+		case <-st.changed:
+		case <-runCtx.Done():
+			stopped = "interrupted"
+			if ctx.Err() == nil {
+				stopped = "the --timeout (" + o.timeout.String() + ") passed"
+			}
 			break loop
 		case <-progress.C:
 			printProgress(stdout, st, states(), time.Since(start))
 		}
 	}
 	elapsed := time.Since(start)
-	cancel()
+	cancelRun()
 	<-pubDone
 	final := states()
-	// Closing the router starts closing the audit batching.Subscriber,
-	// which hands its open batch to the router before the subscription
-	// ends; its own Close waits until that is done.
-	_ = router.Close()
-	<-routerErr
-	_ = audit.Close()
+	if stopped != "" {
+		// Handlers still running settle their orders as the router closes.
+		fmt.Fprintf(stdout, "%s: stopping…\n", stopped)
+		stop()
+	}
 	printProgress(stdout, st, final, elapsed)
-	printSummary(stdout, o, st, final, elapsed, healthURL)
-	return result
+	printSummary(stdout, o, st, final, elapsed, healthURL, stopped)
+	if stopped != "" {
+		return fmt.Errorf("%s with %d order(s) in flight", stopped, st.inFlight())
+	}
+	if o.hold > 0 {
+		fmt.Fprintf(stdout, "holding for %s (Ctrl-C ends it): berth health --addr %s\n", o.hold, healthAddr)
+		t := time.NewTimer(o.hold)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	fmt.Fprintln(stdout, "stopping the router and the subscriber…")
+	began := time.Now()
+	stop()
+	fmt.Fprintf(stdout, "stopped in %.1fs\n", time.Since(began).Seconds())
+	return nil
 }
 
 type listenerTotals struct{ queue, wave, latched, faults int }
@@ -352,7 +424,10 @@ func printProgress(w io.Writer, st *demoStats, ls []transport.ListenerState, ela
 		elapsed.Seconds(), st.published.Load(), st.handled.Load(), rate, t.queue, t.wave, t.latched, t.faults, st.deadLettered.Load(), st.batches.Load())
 }
 
-func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.ListenerState, elapsed time.Duration, healthURL string) {
+// printSummary prints the run's table. stopped says why the run ended
+// early ("" when it completed): then the orders not yet settled are in
+// flight, not lost.
+func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.ListenerState, elapsed time.Duration, healthURL, stopped string) {
 	t := totals(ls)
 	rebuilds := int64(0)
 	for _, l := range ls {
@@ -360,7 +435,7 @@ func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.List
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nSummary\t")
-	fmt.Fprintf(tw, "transport\t%s\n", redact(o.subURL))
+	fmt.Fprintf(tw, "transport\t%s\n", transportText(o))
 	fmt.Fprintf(tw, "published\t%d\n", st.published.Load())
 	fmt.Fprintf(tw, "handled\t%d\n", st.handled.Load())
 	fmt.Fprintf(tw, "failed attempts (retried)\t%d\n", st.failed.Load())
@@ -372,7 +447,11 @@ func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.List
 		fmt.Fprintf(tw, "dead-lettered\t%d\n", st.deadLettered.Load())
 	}
 	fmt.Fprintf(tw, "duplicates\t%d\n", st.duplicates.Load())
-	fmt.Fprintf(tw, "lost\t%d\n", st.published.Load()-st.handled.Load()-st.deadLettered.Load())
+	if stopped == "" {
+		fmt.Fprintf(tw, "lost\t%d\n", st.inFlight())
+	} else {
+		fmt.Fprintf(tw, "in flight\t%d (not settled when %s; they stay on the queue)\n", st.inFlight(), stopped)
+	}
 	fmt.Fprintf(tw, "audit batches\t%d (%d events)\n", st.batches.Load(), st.batched.Load())
 	fmt.Fprintf(tw, "throughput\t%.1f msg/s\n", float64(st.handled.Load())/max(elapsed.Seconds(), 1e-9))
 	fmt.Fprintf(tw, "listeners\t%d (latched %d, faulted %d, rebuilds %d)\n", len(ls), t.latched, t.faults, rebuilds)
@@ -383,9 +462,43 @@ func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.List
 	_ = tw.Flush()
 }
 
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
+// transportText is the URL the demo was given, redacted, and the
+// parameters it added for the subscriber: "mem:// (max_attempts=3
+// retry_delay=20ms added)".
+func transportText(o demoOptions) string {
+	pu, err1 := url.Parse(o.url)
+	su, err2 := url.Parse(o.subURL)
+	if err1 != nil || err2 != nil {
+		return redact(o.subURL)
 	}
-	return raw
+	var added []string
+	for k, v := range su.Query() {
+		if !pu.Query().Has(k) {
+			added = append(added, k+"="+strings.Join(v, ","))
+		}
+	}
+	if len(added) == 0 {
+		return redact(o.url)
+	}
+	slices.Sort(added)
+	return redact(o.url) + " (" + strings.Join(added, " ") + " added)"
+}
+
+// redact hides raw's password, in the user info or as the password
+// parameter (PostgreSQL, SQL Server); a URL without one prints as given.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	_, inUser := u.User.Password()
+	q := u.Query()
+	if !inUser && !q.Has("password") {
+		return raw
+	}
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,10 +50,6 @@ func TestDemoRunsToSummary(t *testing.T) {
 	}
 }
 
-// commandWord is berth as a command name ("berth demo:", "berth:"), not in
-// a path such as github.com/berth-go/berth/transport/all.
-var commandWord = regexp.MustCompile(`\bberth[ :]`)
-
 // On mem:// the demo applies its short retry defaults like everywhere else
 // (it used to leave them out there: poison orders then waited out ten
 // attempts with backoff up to 25.6s, about 54s in all).
@@ -62,10 +59,81 @@ func TestDemoMemFinishesInSeconds(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Fatalf("the demo on mem:// took %s", took)
 	}
-	if !strings.Contains(out, "\nlost                       0\n") {
-		t.Fatalf("output lacks lost 0:\n%s", out)
+	for _, want := range []string{
+		"\ntransport                  mem://fast (max_attempts=3 retry_delay=20ms added)\n",
+		"\nlost                       0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
+
+// Ctrl-C before every order settled: the summary still prints, the orders
+// not settled are in flight (not lost), and the exit code is 1.
+func TestDemoInterruptedReportsInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, errs := newRecorder(), newRecorder()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--url", "mem://interrupted", "--messages", "1000", "--rate", "200", "--fail", "0.5", "--health-addr", ""}, out, errs)
+	}()
+	out.waitFor(t, "   0.5s  published ")
+	cancel()
+	if code := <-done; code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	summary := summaryOf(t, out.String())
+	if _, ok := summary["lost"]; ok {
+		t.Fatalf("an interrupted run reports lost orders:\n%s", out)
+	}
+	inFlight := summary["in flight"]
+	n, rest, _ := strings.Cut(inFlight, " ")
+	if rest != "(not settled when interrupted; they stay on the queue)" {
+		t.Fatalf("in flight line: %q\n%s", inFlight, out)
+	}
+	if atoi(t, summary["published"]) != atoi(t, summary["handled"])+atoi(t, summary["dead-lettered"])+atoi(t, n) {
+		t.Fatalf("published ≠ handled + dead-lettered + in flight:\n%s", out)
+	}
+	if want := "interrupted: stopping…"; !strings.Contains(out.String(), "\n"+want+"\n") {
+		t.Fatalf("output lacks %q:\n%s", want, out)
+	}
+	if want := "berth demo: interrupted with " + n + " order(s) in flight\n"; errs.String() != want {
+		t.Fatalf("stderr %q, want %q", errs.String(), want)
+	}
+}
+
+// summaryOf returns the demo summary's rows by label.
+func summaryOf(t *testing.T, out string) map[string]string {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "\nSummary")
+	if !ok {
+		t.Fatalf("no summary:\n%s", out)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(table, "\n")[1:] {
+		label, value, ok := strings.Cut(l, "  ")
+		if !ok {
+			break
+		}
+		rows[label] = strings.TrimSpace(value)
+	}
+	return rows
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.Fields(s)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// commandWord is berth as a command name ("berth demo:", "berth:"), not in
+// a path such as github.com/berth-go/berth/transport/all.
+var commandWord = regexp.MustCompile(`\bberth[ :]`)
 
 func TestDemoBadInput(t *testing.T) {
 	cases := map[string]struct {
@@ -121,6 +189,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--frobnicate"}, "berth demo: unknown flag --frobnicate; see --help"},
 		{[]string{"demo", "--messages", "x"}, `berth demo: invalid value "x" for --messages: parse error; see --help`},
 		{[]string{"demo", "--messages"}, "berth demo: flag --messages needs a value; see --help"},
+		{[]string{"demo", "--hold", "-1s"}, "berth demo: --hold must be ≥ 0; see --help"},
+		{[]string{"demo", "--hold", "1m", "--health-addr", ""}, "berth demo: --hold keeps the health endpoint up: it needs --health-addr; see --help"},
 		{[]string{"demo", "extra"}, `berth demo: unexpected argument "extra"; see --help`},
 		{[]string{"queues", "--limit", "3"}, "berth queues: unknown flag --limit; see --help"},
 		{[]string{"queues", "--json=maybe"}, `berth queues: invalid boolean value "maybe" for --json: parse error; see --help`},

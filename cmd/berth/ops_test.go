@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +279,20 @@ func TestDemoPostgres(t *testing.T) {
 	if !strings.Contains(out, "lost                       0") || !strings.Contains(out, "Summary") {
 		t.Fatalf("demo on postgres:\n%s", out)
 	}
+	demoEnds(t, out)
+}
+
+// demoEnds checks that a completed demo prints its summary first, then says
+// it is stopping, then how long stopping took: a slow close (SQS receives
+// ending, DrainTimeout) is never silence before the summary.
+func demoEnds(t *testing.T, out string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	n := len(lines)
+	if n < 3 || !strings.HasPrefix(lines[n-3], "elapsed  ") || lines[n-2] != "stopping the router and the subscriber…" ||
+		!regexp.MustCompile(`^stopped in \d+\.\ds$`).MatchString(lines[n-1]) {
+		t.Fatalf("the demo does not end with its summary, then stopping, then stopped:\n%s", out)
+	}
 }
 
 func TestDemoSQS(t *testing.T) {
@@ -290,6 +305,7 @@ func TestDemoSQS(t *testing.T) {
 	if !strings.Contains(out, "lost                       0") || !strings.Contains(out, "Summary") {
 		t.Fatalf("demo on SQS:\n%s", out)
 	}
+	demoEnds(t, out)
 }
 
 // waitDeadLetters asserts the dead-letter count; on SQS (no peek: listing

@@ -1,53 +1,67 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// linePipe delivers written lines to a test that waits for one.
-type linePipe struct {
-	lines chan string
+// lineRecorder is an io.Writer for a command running in the background: it
+// keeps every line written and lets a test wait for one.
+type lineRecorder struct {
+	mu      sync.Mutex
+	partial string
+	lines   []string
+	added   chan struct{} // closed, and replaced, when a line is added
 }
 
-func newPipe() (*linePipe, *io.PipeWriter) {
-	r, w := io.Pipe()
-	p := &linePipe{lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default:
-			}
-		}
-		_, _ = io.Copy(io.Discard, r)
-		close(p.lines)
-	}()
-	return p, w
-}
+func newRecorder() *lineRecorder { return &lineRecorder{added: make(chan struct{})} }
 
-func (p *linePipe) waitFor(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
+func (r *lineRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.partial += string(p)
 	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("output ended before a line starting %q", prefix)
-			}
+		i := strings.IndexByte(r.partial, '\n')
+		if i < 0 {
+			break
+		}
+		r.lines = append(r.lines, r.partial[:i])
+		r.partial = r.partial[i+1:]
+		close(r.added)
+		r.added = make(chan struct{})
+	}
+	return len(p), nil
+}
+
+// String returns everything written so far.
+func (r *lineRecorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n") + "\n" + r.partial
+}
+
+// waitFor waits up to 30s for a line starting with prefix and returns it.
+func (r *lineRecorder) waitFor(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
+	seen := 0
+	for {
+		r.mu.Lock()
+		lines, added := r.lines[seen:], r.added
+		seen = len(r.lines)
+		r.mu.Unlock()
+		for _, l := range lines {
 			if strings.HasPrefix(l, prefix) {
-				go func() {
-					for range p.lines {
-					}
-				}()
 				return l
 			}
-		case <-timeout:
-			t.Fatalf("no line starting %q within 30s", prefix)
+		}
+		select {
+		case <-added:
+		case <-timeout.C:
+			t.Fatalf("no line starting %q within 30s; output:\n%s", prefix, r)
 		}
 	}
 }
