@@ -433,8 +433,8 @@ func printSummary(w io.Writer, o demoOptions, st *demoStats, ls []transport.List
 	for _, l := range ls {
 		rebuilds += l.Rebuilds
 	}
+	fmt.Fprintln(w, "\nSummary")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nSummary\t")
 	fmt.Fprintf(tw, "transport\t%s\n", transportText(o))
 	fmt.Fprintf(tw, "published\t%d\n", st.published.Load())
 	fmt.Fprintf(tw, "handled\t%d\n", st.handled.Load())

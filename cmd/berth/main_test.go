@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -131,9 +133,67 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// commandWord is berth as a command name ("berth demo:", "berth:"), not in
-// a path such as github.com/berth-go/berth/transport/all.
-var commandWord = regexp.MustCompile(`\bberth[ :]`)
+// The sample output in docs/getting-started.md is what `berth demo`
+// prints: the same lines in the same order, numbers, durations and the port
+// aside; the progress lines, whose count varies, only in their form.
+func TestGettingStartedSampleOutput(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "getting-started.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(doc), "a summary table ends the run")
+	_, block, _ := strings.Cut(after, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	sample, sampleProgress := demoLines(block)
+	if len(sample) < 10 || len(sampleProgress) == 0 {
+		t.Fatalf("no sample output found in docs/getting-started.md:\n%s", block)
+	}
+
+	t.Setenv("TMPDIR", "/tmp") // the sample's temporary file is under /tmp
+	out := mustRun(t, "demo")
+	got, progress := demoLines(out)
+	if !slices.Equal(got, sample) {
+		t.Fatalf("the demo's output differs from the sample's (normalized):\n%s\nsample:\n%s\noutput:\n%s",
+			strings.Join(got, "\n"), strings.Join(sample, "\n"), out)
+	}
+	for _, l := range sampleProgress {
+		if l != progress[0] {
+			t.Fatalf("the sample's progress line\n%s\nis not the demo's\n%s", l, progress[0])
+		}
+	}
+}
+
+// demoLines splits the demo's output into its normalized lines, progress
+// lines apart.
+func demoLines(out string) (lines, progress []string) {
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		l = normalize(l)
+		if progressLine.MatchString(l) {
+			progress = append(progress, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
+	return lines, progress
+}
+
+// normalize replaces durations with D and other numbers with N, and runs
+// of spaces with one.
+func normalize(l string) string {
+	l = durations.ReplaceAllString(l, "D")
+	l = numbers.ReplaceAllString(l, "N")
+	return spaces.ReplaceAllString(l, " ")
+}
+
+var (
+	// commandWord is berth as a command name ("berth demo:", "berth:"), not
+	// in a path such as github.com/berth-go/berth/transport/all.
+	commandWord  = regexp.MustCompile(`\bberth[ :]`)
+	progressLine = regexp.MustCompile(`^ ?D published `)
+	durations    = regexp.MustCompile(`\b\d+(\.\d+)?(ms|µs|s)\b`)
+	numbers      = regexp.MustCompile(`\d+(\.\d+)?`)
+	spaces       = regexp.MustCompile(` +`)
+)
 
 func TestDemoBadInput(t *testing.T) {
 	cases := map[string]struct {
