@@ -176,8 +176,12 @@ func dlq(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("missing subcommand: list, show, replay or purge")
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		synopses := make([]string, len(dlqSubcommands))
+		for i, sub := range dlqSubcommands {
+			synopses[i] = dlqSynopsis[sub]
+		}
 		fmt.Fprintf(stderr, "Usage: %s\n\nWorks on dead letters: the SQL error table, or the SQS dead-letter queue\nnamed by the URL's dead_letter_queue parameter.\nRun 'berth dlq <list|show|replay|purge> --help' for flags.\n",
-			strings.Join([]string{dlqSynopsis["list"], dlqSynopsis["show"], dlqSynopsis["replay"], dlqSynopsis["purge"]}, "\n       "))
+			strings.Join(synopses, "\n       "))
 		return flag.ErrHelp
 	}
 	sub, args := args[0], args[1:]
