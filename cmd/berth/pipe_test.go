@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,12 @@ func (r *lineRecorder) String() string {
 // waitFor waits up to 30s for a line starting with prefix and returns it.
 func (r *lineRecorder) waitFor(t *testing.T, prefix string) string {
 	t.Helper()
+	return r.waitMatch(t, regexp.MustCompile("^"+regexp.QuoteMeta(prefix)))
+}
+
+// waitMatch waits up to 30s for a line matching re and returns it.
+func (r *lineRecorder) waitMatch(t *testing.T, re *regexp.Regexp) string {
+	t.Helper()
 	timeout := time.NewTimer(30 * time.Second)
 	defer timeout.Stop()
 	seen := 0
@@ -54,14 +61,14 @@ func (r *lineRecorder) waitFor(t *testing.T, prefix string) string {
 		seen = len(r.lines)
 		r.mu.Unlock()
 		for _, l := range lines {
-			if strings.HasPrefix(l, prefix) {
+			if re.MatchString(l) {
 				return l
 			}
 		}
 		select {
 		case <-added:
 		case <-timeout.C:
-			t.Fatalf("no line starting %q within 30s; output:\n%s", prefix, r)
+			t.Fatalf("no line matching %s within 30s; output:\n%s", re, r)
 		}
 	}
 }
