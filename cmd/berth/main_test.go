@@ -54,13 +54,10 @@ func TestDemoRunsToSummary(t *testing.T) {
 
 // On mem:// the demo applies its short retry defaults like everywhere else
 // (it used to leave them out there: poison orders then waited out ten
-// attempts with backoff up to 25.6s, about 54s in all).
-func TestDemoMemFinishesInSeconds(t *testing.T) {
-	start := time.Now()
+// attempts with backoff up to 25.6s, about 54s in all). The defaults it
+// added are checked, not the time it took: speed is for benchmarks.
+func TestDemoMemAppliesRetryDefaults(t *testing.T) {
 	out := mustRun(t, "demo", "--url", "mem://fast", "--messages", "100", "--rate", "2000", "--poison", "0.2", "--health-addr", "")
-	if took := time.Since(start); took > 30*time.Second {
-		t.Fatalf("the demo on mem:// took %s", took)
-	}
 	for _, want := range []string{
 		"\ntransport                  mem://fast (max_attempts=3 retry_delay=20ms added)\n",
 		"\nlost                       0\n",
