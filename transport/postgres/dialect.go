@@ -30,6 +30,7 @@ var (
 	_ sqlqueue.Notifier               = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.QueueChecker           = Dialect{}
+	_ sqlqueue.MultiProber            = Dialect{}
 )
 
 // Name implements sqlqueue.Dialect.
@@ -187,6 +188,27 @@ WHERE q.id = ANY(ARRAY(
 ))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)
+}
+
+// MultiProbe implements sqlqueue.MultiProber: per queue, a seek of the
+// pending index for a due row, one for the earliest future row, and one of
+// the primary key, as one UNION ALL (one statement, one transaction, for
+// every idle queue of a pool). Plain reads: they wait for no lock. Queue
+// names are engine-made identifiers ([a-z0-9_]) and travel as arguments.
+func (Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
+	var b strings.Builder
+	args := make([]any, len(qs))
+	for i, q := range qs {
+		if i > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		args[i] = q.Name
+		fmt.Fprintf(&b, `SELECT $%d::text,
+	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())),
+	(SELECT ceil(extract(epoch FROM min(due_at) - now()) * 1000)::bigint FROM %[2]s WHERE state = 0 AND due_at > now()),
+	NOT EXISTS (SELECT 1 FROM %[2]s)`, i+1, q.Table)
+	}
+	return st(b.String(), args...)
 }
 
 func refArrays(refs []sqlqueue.Ref) (ids, owners []int64) {

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ type Dialect struct {
 var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
+	_ sqlqueue.MultiProber            = Dialect{}
 )
 
 func (d Dialect) now() int64 {
@@ -168,6 +170,24 @@ WHERE id IN (
 )
 RETURNING id, uuid, headers, body, attempts`,
 		owner, now+sqlqueue.Millis(fetchTimeout), now, now, n)
+}
+
+// MultiProbe implements sqlqueue.MultiProber: per queue, two seeks of the
+// pending index and one of the primary key, as one UNION ALL. Queue names
+// are engine-made identifiers ([a-z0-9_]), written as literals; the only
+// argument is now.
+func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
+	var b strings.Builder
+	for i, q := range qs {
+		if i > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		fmt.Fprintf(&b, `SELECT '%s',
+	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND due_at <= ?1 AND (expires_at IS NULL OR expires_at > ?1)),
+	(SELECT min(due_at) - ?1 FROM %[2]s WHERE state = 0 AND due_at > ?1),
+	NOT EXISTS (SELECT 1 FROM %[2]s)`, strings.ReplaceAll(q.Name, "'", "''"), q.Table)
+	}
+	return st(b.String(), d.now())
 }
 
 // refs returns "(?, ?), (?, ?)" and the ids and owners as arguments.

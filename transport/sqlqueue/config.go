@@ -33,6 +33,12 @@ const (
 	// DefaultWakeDebounce is the window in which wake-ups of one queue
 	// coalesce into one.
 	DefaultWakeDebounce = 25 * time.Millisecond
+	// DefaultIdleProbeMax is the longest interval of a pool's idle probe:
+	// the worst-case delay before a row that reached an idle queue without
+	// a wake-up (another process's publish without NOTIFY, an outbox
+	// transaction on another client, a notification lost in a leader
+	// hand-off) is claimed.
+	DefaultIdleProbeMax = 10 * time.Second
 	// DefaultSubscriptionsTTL is how long a publisher reuses the
 	// subscriptions it read for a topic.
 	DefaultSubscriptionsTTL = time.Second
@@ -106,6 +112,20 @@ type SubscriberConfig struct {
 	// to all (see the package documentation, Wake-up). Negative wakes at
 	// once. Defaults to DefaultWakeDebounce (25ms). URL: wake_debounce.
 	WakeDebounce time.Duration
+	// IdleProbeMax bounds the interval of the pool's idle probe. A source
+	// whose claim came back empty stops claiming until a wake-up (an
+	// in-process publish, a NOTIFY, or the pool's probe) says rows
+	// arrived; the probe checks every such queue of the pool in one
+	// statement, at an interval that starts at the empty delay
+	// (Pipeline.Wave.EmptyDelay), doubles while it finds nothing, up to
+	// IdleProbeMax, and starts over on any activity. It is therefore the
+	// worst-case latency of a message that reaches an idle queue without a
+	// wake-up, and an idle pool's cost is one statement per IdleProbeMax.
+	// The smallest value among a pool's subscribers applies. Negative
+	// disables parking: every source claims after each empty delay, as
+	// dialects without a MultiProbe always do. Defaults to
+	// DefaultIdleProbeMax (10s). URL: idle_probe_max.
+	IdleProbeMax time.Duration
 	// StatementTimeout bounds each settlement and sweep statement. Defaults
 	// to DefaultStatementTimeout (30s).
 	StatementTimeout time.Duration
@@ -144,6 +164,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
 	}
+	if c.IdleProbeMax == 0 {
+		c.IdleProbeMax = DefaultIdleProbeMax
+	}
 	if c.WakeDebounce == 0 {
 		c.WakeDebounce = DefaultWakeDebounce
 	}
@@ -181,6 +204,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if d.StatementTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StatementTimeout: must be > 0, got %s", c.StatementTimeout))
+	}
+	if d.IdleProbeMax > 0 && (d.IdleProbeMax < 100*time.Millisecond || d.IdleProbeMax > time.Hour) {
+		errs = append(errs, fmt.Errorf("IdleProbeMax: must be from 100ms to 1h, or negative to disable, got %s", c.IdleProbeMax))
 	}
 	if d.WakeDebounce > time.Second {
 		errs = append(errs, fmt.Errorf("WakeDebounce: must be ≤ 1s, got %s", c.WakeDebounce))

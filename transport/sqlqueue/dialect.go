@@ -186,6 +186,23 @@ type Notifier interface {
 	Listen(ctx context.Context, conn *sql.Conn, s *WakeSession) error
 }
 
+// MultiProber is implemented by dialects that can look at many queues in
+// one statement. The engine then runs one probe per pool on an interval for
+// every queue whose sources are idle, instead of one claim per source per
+// empty delay (see the package documentation, Idle).
+type MultiProber interface {
+	// MultiProbe returns one read-only statement over qs (one or more
+	// queues) answering one row per queue, in any order, with the
+	// columns: the unquoted queue table name (Queue.Name); ready, true
+	// when a pending row is due and not expired; next_ms, the whole
+	// milliseconds (rounded up) from now until the earliest pending row
+	// that is not due yet falls due, NULL when there is none; empty, true
+	// when the table has no row at all. Each check must be an index seek
+	// (the pending index, the primary key) that returns at most one row,
+	// and must not wait for rows locked by other transactions.
+	MultiProbe(qs []Queue) Stmt
+}
+
 // LeadFunc takes (take true; without waiting) or gives up (take false) the
 // wake-up leadership of a queue table on the LISTEN connection, as a
 // session-level lock that the database drops with the session, and reports

@@ -39,6 +39,11 @@ type Source struct {
 	// connection, or the in-process hub).
 	short     atomic.Bool
 	skipShort bool
+	// idle is the pool's prober (nil: this source never parks); parked:
+	// the last claim came back empty, so claims are answered empty without
+	// a round trip until a wake-up arrives (see idle.go).
+	idle   *prober
+	parked atomic.Bool
 
 	begin    *coalesce.Coalescer[*transport.Delivery]
 	complete *coalesce.Coalescer[*transport.Delivery]
@@ -85,6 +90,9 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 	s.complete = coalesce.NewLinger(s.flushComplete, cfg.SettleBatch, cfg.SettleLinger)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
 	s.unhook = localWake.add(wakeKey{e.db, q.Name}, s.w)
+	if mp, ok := e.d.(MultiProber); ok && skipShort && cfg.IdleProbeMax > 0 {
+		s.idle = acquireProber(s, mp)
+	}
 	if cfg.SweepInterval > 0 {
 		s.swept.Add(1)
 		go s.sweepLoop()
@@ -113,7 +121,7 @@ func newOwner() int64 {
 func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
 	s.w.idle.Store(false)
 	s.w.claimed.Store(time.Now().UnixNano())
-	woken := false
+	woken := s.w.woke.Swap(false)
 	select { // anything notified before this claim is covered by it
 	case <-s.w.ch:
 		woken = true
@@ -121,6 +129,18 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.idle != nil {
+		if woken {
+			s.idle.wake() // activity: the pool's probe interval starts over
+		} else if s.parked.Load() {
+			// Idle: the pool's prober, an in-process publisher or a NOTIFY
+			// wakes this source when rows arrive.
+			s.e.ctrs.skippedClaims.Add(1)
+			s.w.idle.Store(true)
+			return nil, nil
+		}
+		s.parked.Store(false)
 	}
 	if s.short.Swap(false) && !woken {
 		// The previous claim found fewer due rows than it asked for, and
@@ -178,8 +198,15 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 	case len(ds) == 0:
 		s.e.ctrs.emptyClaims.Add(1)
 		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
+		if s.idle != nil {
+			s.parked.Store(true)
+			s.idle.parked()
+		}
 	case len(ds) < max && s.skipShort:
 		s.short.Store(true)
+	}
+	if len(ds) > 0 && s.idle != nil {
+		s.idle.wake()
 	}
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
@@ -415,6 +442,9 @@ func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		close(s.stopSweep)
 		s.unhook()
+		if s.idle != nil {
+			releaseProber(s, s.idle)
+		}
 		err = errors.Join(s.begin.Close(ctx), s.complete.Close(ctx), s.retry.Close(ctx))
 		s.swept.Wait()
 	})

@@ -12,6 +12,7 @@ type Counters struct {
 	deadLetters, inserts, sweeps, txs, other     atomic.Int64
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
 	published, stray, statementRetries           atomic.Int64
+	probes, probeHits, skippedSweeps             atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -51,12 +52,24 @@ type Stats struct {
 	// under their kind above. Not to be confused with Retries, the nack
 	// statements.
 	StatementRetries int64
+
+	// Probes counts the idle probes (MultiProbe statements) run by the
+	// pool's prober for this subscriber's queues and others of the same
+	// pool: the prober is shared, and counts into the Counters of the
+	// subscriber that started it.
+	Probes int64
+	// ProbeHits counts queues a probe found due rows in (each woke one
+	// source).
+	ProbeHits int64
+	// SkippedSweeps counts sweeps not run because the queue was idle and
+	// the pool's last probe saw its table empty.
+	SkippedSweeps int64
 }
 
 // RoundTrips is the total of every round-trip field.
 func (s Stats) RoundTrips() int64 {
 	return s.Claims + s.Begins + s.Completes + s.Renews + s.Retries + s.Releases +
-		s.DeadLetters + s.Inserts + s.Sweeps + s.Tx + s.Other
+		s.DeadLetters + s.Inserts + s.Sweeps + s.Tx + s.Other + s.Probes
 }
 
 // Snapshot returns the current counts.
@@ -70,5 +83,6 @@ func (c *Counters) Snapshot() Stats {
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),
 		Stray: c.stray.Load(), Expired: c.expired.Load(), Published: c.published.Load(),
 		StatementRetries: c.statementRetries.Load(),
+		Probes:           c.probes.Load(), ProbeHits: c.probeHits.Load(), SkippedSweeps: c.skippedSweeps.Load(),
 	}
 }

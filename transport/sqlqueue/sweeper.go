@@ -35,6 +35,11 @@ func (s *Source) sweepLoop() {
 			return
 		case <-t.C:
 		}
+		if s.idleClean(s.cfg.SweepInterval) {
+			s.e.ctrs.skippedSweeps.Add(1)
+			t.Reset(jitter(s.cfg.SweepInterval))
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
 		res, err := s.Sweep(ctx)
 		cancel()
@@ -58,6 +63,19 @@ func (s *Source) sweepLoop() {
 		}
 		t.Reset(next)
 	}
+}
+
+// idleClean reports whether a sweep would find nothing: this source is
+// parked (idle) and a probe of the pool's prober saw the queue table empty
+// at most interval + IdleProbeMax ago. A row leased since then by another
+// process is seen by the next probe (within IdleProbeMax), and its lease
+// cannot expire before the fetch timeout, so skipping delays no recovery
+// by more than IdleProbeMax.
+func (s *Source) idleClean(interval time.Duration) bool {
+	if s.idle == nil || !s.parked.Load() {
+		return false
+	}
+	return s.idle.cleanSince(s.q.Name, s.cfg.Pipeline.Clock.Now().Add(-interval-s.cfg.IdleProbeMax))
 }
 
 // Sweep runs one sweep of the queue now, if no other instance is sweeping

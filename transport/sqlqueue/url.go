@@ -27,6 +27,7 @@ func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
 	c.FetchTimeout = p.Duration("fetch_timeout", c.FetchTimeout, time.Second, 24*time.Hour)
 	c.SweepInterval = p.Duration("sweep_interval", c.SweepInterval, -1, 24*time.Hour)
 	c.WakeDebounce = p.Duration("wake_debounce", c.WakeDebounce, -1, time.Second)
+	c.IdleProbeMax = p.Duration("idle_probe_max", c.IdleProbeMax, -1, time.Hour)
 	c.SettleLinger = p.Duration("settle_linger", c.SettleLinger, -1, time.Second)
 }
 

@@ -60,9 +60,14 @@ type waiter struct {
 	debounce time.Duration // ≤ 0: none
 	hint     atomic.Int64  // notifications announced to this source, not yet taken
 	claimed  atomic.Int64  // when its last claim started (UnixNano)
+	// woke: a wake-up was sent since the last claim started. The receive
+	// loop reads ch itself (to end its empty delay), so the claim that
+	// follows cannot tell from ch that it answers a wake-up.
+	woke atomic.Bool
 }
 
 func (w *waiter) send() {
+	w.woke.Store(true)
 	select {
 	case w.ch <- struct{}{}:
 	default:

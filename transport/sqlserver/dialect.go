@@ -81,6 +81,7 @@ var (
 	_ sqlqueue.SessionChecker         = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
+	_ sqlqueue.MultiProber            = Dialect{}
 )
 
 // nv declares s as nvarchar(max), whatever its length (see Plan reuse).
@@ -429,6 +430,31 @@ UPDATE c SET state = 1, owner = @p2, lease_until = `+after("@p3")+`
 OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;
 SELECT id, uuid, headers, body, attempts FROM @t;`,
 		int64(n), owner, ms(fetchTimeout))
+}
+
+// MultiProbe implements sqlqueue.MultiProber: per queue, TOP (1) seeks of
+// the pending index (a due row; the earliest future row) and of the
+// clustered key (any row), as one UNION ALL under READ COMMITTED. READPAST
+// with READCOMMITTEDLOCK, as in Claim: a row locked by a claim or by an
+// uncommitted insert is skipped rather than waited for (the claim or the
+// insert's commit is followed by its own wake-up or the next probe).
+// Queue names are engine-made identifiers ([a-z0-9_]), written as N”
+// literals; the statement takes no argument.
+func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
+	var b strings.Builder
+	b.WriteString(headLocking)
+	for i, q := range qs {
+		if i > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		pending := q.Table + ` WITH (INDEX(` + d.QuoteIdent(q.Name+"_pending") + `), FORCESEEK, READPAST, READCOMMITTEDLOCK)`
+		b.WriteString(`SELECT N'` + strings.ReplaceAll(q.Name, "'", "''") + `' AS queue_table,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM ` + pending + ` WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
+	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM ` + pending + ` WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM ` + q.Table + ` WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty`)
+	}
+	b.WriteString(";")
+	return st(b.String())
 }
 
 // refsJSON encodes refs as the JSON array that refsTable reads.

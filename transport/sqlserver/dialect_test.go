@@ -22,7 +22,9 @@ var (
 	testTables = sqlqueue.Tables{Schema: "app"}
 	testNames  = sqlqueue.NamesFor(Dialect{}, testTables)
 	testQueue  = sqlqueue.QueueFor(Dialect{}, testTables, "orders", "billing")
-	testRefs   = []sqlqueue.Ref{{ID: 7, Owner: 42}, {ID: 8, Owner: 42}}
+	// probeQueues are the queues of the MultiProbe golden.
+	probeQueues = []sqlqueue.Queue{testQueue, sqlqueue.QueueFor(Dialect{}, testTables, "orders", "")}
+	testRefs    = []sqlqueue.Ref{{ID: 7, Owner: 42}, {ID: 8, Owner: 42}}
 )
 
 const refsArg = `[{"id":7,"owner":42},{"id":8,"owner":42}]`
@@ -55,6 +57,8 @@ func TestStatementsGolden(t *testing.T) {
 			{UUID: "b", Headers: []byte(`{"k":"v"}`), Delay: 1500 * time.Millisecond, TTL: time.Hour},
 		}), []string{goldenInsert2}, [][]any{{nv(`[{"n":1,"u":"a","h":"{}","b":"eA==","d":0,"t":0},{"n":2,"u":"b","h":"{\"k\":\"v\"}","b":"","d":1500,"t":3600000}]`)}}},
 		{"Claim", one(d.Claim(q, 42, 10, time.Minute)), []string{goldenClaim}, [][]any{{int64(10), int64(42), int64(60000)}}},
+		{"MultiProbe", one(d.MultiProbe(probeQueues)), []string{goldenMultiProbe}, [][]any{nil}},
+
 		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{nv(refsArg), int64(30000)}}},
 		{"Complete", one(d.Complete(q, testRefs)), []string{goldenComplete}, [][]any{{nv(refsArg)}}},
 		{"Renew", one(d.Renew(q, testRefs, 30*time.Second)), []string{goldenRenew}, [][]any{{nv(refsArg), int64(30000)}}},
@@ -156,6 +160,7 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"Subscribe":         {d.Subscribe(n, q), d.Subscriptions(n, "t")},
 		"Insert":            d.Insert(q, rows),
 		"Claim":             {d.Claim(q, 1, 64, time.Minute)},
+		"MultiProbe":        {d.MultiProbe(probeQueues[:1]), d.MultiProbe(probeQueues)},
 		"Begin":             {d.Begin(q, testRefs, time.Second)},
 		"Complete":          {d.Complete(q, testRefs)},
 		"Renew":             {d.Renew(q, testRefs, time.Second)},

@@ -188,6 +188,20 @@ UPDATE c SET state = 1, owner = @p2, lease_until = DATEADD(millisecond, CAST(@p3
 OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;
 SELECT id, uuid, headers, body, attempts FROM @t;`
 
+// goldenMultiProbe is the idle probe of probeQueues.
+const goldenMultiProbe = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+SELECT N'berth_q_orders__billing' AS queue_table,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
+	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty
+UNION ALL
+SELECT N'berth_q_orders' AS queue_table,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders] WITH (INDEX([berth_q_orders_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
+	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM [app].[berth_q_orders] WITH (INDEX([berth_q_orders_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty;`
+
 const goldenBegin = `SET NOCOUNT ON;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL, attempts int NOT NULL);

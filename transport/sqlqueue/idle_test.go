@@ -1,0 +1,40 @@
+package sqlqueue
+
+import (
+	"testing"
+	"time"
+)
+
+// The idle probe's interval doubles from the base while probes find
+// nothing, stays at the cap, starts over on a find or a reset, and never
+// waits past the earliest future due time.
+func TestIdleSchedule(t *testing.T) {
+	s := newIdleSchedule(time.Second, 10*time.Second)
+	var got []time.Duration
+	for range 6 {
+		got = append(got, s.next(false, 0))
+	}
+	want := []time.Duration{1, 2, 4, 8, 10, 10}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("waits %v, want %v seconds", got, want)
+		}
+	}
+	if w := s.next(false, 300*time.Millisecond); w != 300*time.Millisecond+dueSlack {
+		t.Errorf("with a row due in 300ms: wait %s, want 305ms", w)
+	}
+	if w := s.next(true, 0); w != time.Second {
+		t.Errorf("after a find: wait %s, want the base 1s", w)
+	}
+	s.next(false, 0)
+	s.reset()
+	if w := s.next(false, 0); w != time.Second {
+		t.Errorf("after a reset: wait %s, want the base 1s", w)
+	}
+	if s := newIdleSchedule(time.Millisecond, 10*time.Second); s.base != idleProbeFloor {
+		t.Errorf("base below the floor: %s, want %s", s.base, idleProbeFloor)
+	}
+	if s := newIdleSchedule(time.Minute, 10*time.Second); s.base != 10*time.Second {
+		t.Errorf("base above the cap: %s, want the cap", s.base)
+	}
+}
