@@ -214,4 +214,8 @@ func addStats(a *sqlqueue.Stats, b sqlqueue.Stats) {
 	a.DeadLettered += b.DeadLettered
 	a.Expired += b.Expired
 	a.Published += b.Published
+	a.SkippedClaims += b.SkippedClaims
+	a.Probes += b.Probes
+	a.ProbeHits += b.ProbeHits
+	a.SkippedSweeps += b.SkippedSweeps
 }
