@@ -343,10 +343,31 @@ func (Dialect) Listen(ctx context.Context, conn *sql.Conn, s *sqlqueue.WakeSessi
 		}
 		pc := sc.Conn()
 		listening := false
-		lead := func(ctx context.Context, table string, take bool) (bool, error) {
-			var held bool
-			err := pc.QueryRow(ctx, leadSQL[take], table).Scan(&held)
-			return held && take, err
+		lead := func(ctx context.Context, take, give []string) (map[string]bool, error) {
+			tables := append(append([]string(nil), take...), give...)
+			taking := make([]bool, len(tables))
+			for i := range take {
+				taking[i] = true
+			}
+			rows, err := pc.Query(ctx, leadSQL, tables, taking)
+			if err != nil {
+				return nil, err
+			}
+			held := map[string]bool{}
+			for rows.Next() {
+				var (
+					table string
+					ok    bool
+				)
+				if err := rows.Scan(&table, &ok); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				if ok {
+					held[table] = true
+				}
+			}
+			return held, rows.Err()
 		}
 		for {
 			wctx, cancel, err := s.Elect(ctx, lead)
@@ -382,12 +403,14 @@ func (Dialect) Listen(ctx context.Context, conn *sql.Conn, s *sqlqueue.WakeSessi
 	})
 }
 
-// leadSQL takes (true) or gives up (false) a queue's wake-up leadership.
-// The key space is apart from Lock's by its ":wake:" infix.
-var leadSQL = map[bool]string{
-	true:  `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || ':wake:' || $1, 0))`,
-	false: `SELECT pg_advisory_unlock(hashtextextended(current_schema() || ':wake:' || $1, 0))`,
-}
+// leadSQL takes (taking true) or gives up (false) the wake-up leadership
+// of each queue table, in one statement for a whole election pass: one row
+// per table, true where the lock was taken. The key space is apart from
+// Lock's by its ":wake:" infix.
+const leadSQL = `SELECT r.t, CASE WHEN r.taking
+	THEN pg_try_advisory_lock(hashtextextended(current_schema() || ':wake:' || r.t, 0))
+	ELSE pg_advisory_unlock(hashtextextended(current_schema() || ':wake:' || r.t, 0)) AND false END
+FROM unnest($1::text[], $2::bool[]) AS r(t, taking)`
 
 // IsMissingTable implements sqlqueue.MissingTableClassifier (SQLSTATE
 // 42P01, undefined_table).

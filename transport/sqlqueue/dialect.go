@@ -203,11 +203,13 @@ type MultiProber interface {
 	MultiProbe(qs []Queue) Stmt
 }
 
-// LeadFunc takes (take true; without waiting) or gives up (take false) the
-// wake-up leadership of a queue table on the LISTEN connection, as a
-// session-level lock that the database drops with the session, and reports
-// whether the connection holds it afterwards.
-type LeadFunc func(ctx context.Context, queueTable string, take bool) (held bool, err error)
+// LeadFunc takes (without waiting) the wake-up leadership of every queue
+// table in take and gives up that of every table in give, in one round
+// trip on the LISTEN connection, as session-level locks that the database
+// drops with the session, and reports which tables of take the connection
+// holds afterwards. One call serves a whole election pass of the pool,
+// whatever its number of queues.
+type LeadFunc func(ctx context.Context, take, give []string) (held map[string]bool, err error)
 
 // QueueChecker is implemented by dialects whose idempotent DDL takes locks
 // even when there is nothing to create (PostgreSQL: CREATE INDEX IF NOT

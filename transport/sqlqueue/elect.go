@@ -26,6 +26,11 @@ const (
 	// machine does not hand the lead around; a follower polls meanwhile.
 	leadStall = 3 * time.Second
 	leadCheck = time.Second
+	// leadSlack: a pass also runs the steps due within leadSlack, so that
+	// the queues of a pool fall into step and each pass is one round trip
+	// for all of them (with one jitter per pass, queues taken together
+	// keep their terms together).
+	leadSlack = leadContend / 2
 )
 
 // WakeSession is the engine's side of one pool's LISTEN connection: it
@@ -101,9 +106,10 @@ func (s *WakeSession) kick() {
 }
 
 // Elect runs this pool's election pass with lead (which runs on the LISTEN
-// connection), then returns the context to wait for the next notification
-// in: it ends when the next pass is due or the set of queues to lead
-// changed. An error from lead is the connection's: Listen returns it.
+// connection: one round trip for every queue whose step is due), then
+// returns the context to wait for the next notification in: it ends when
+// the next pass is due or the set of queues to lead changed. An error from
+// lead is the connection's: Listen returns it.
 func (s *WakeSession) Elect(ctx context.Context, lead LeadFunc) (context.Context, context.CancelFunc, error) {
 	s.mu.Lock()
 	s.kicked = false
@@ -112,38 +118,56 @@ func (s *WakeSession) Elect(ctx context.Context, lead LeadFunc) (context.Context
 
 	wanted := s.hub.leadable(s.db)
 	now := s.now()
+	term, contend := jitter(leadTerm), jitter(leadContend) // one draw per pass
+	var take, give []string
 	for table, st := range s.queues {
 		if wanted[table] {
 			continue
 		}
 		delete(s.queues, table)
 		if st.held {
-			if _, err := lead(ctx, table, false); err != nil {
-				return nil, nil, err
-			}
+			give = append(give, table)
 		}
 	}
-	wait := leadTerm
 	for table := range wanted {
 		st := s.queues[table]
 		if st == nil {
 			st = &leadState{}
 			s.queues[table] = st
 		}
-		if st.held && s.hub.unanswered(s.db, table, now) > leadStall {
+		switch {
+		case st.held && s.hub.unanswered(s.db, table, now) > leadStall:
 			// Not answering: give up the rest of the term, and let the
 			// others contend before trying again.
-			if _, err := lead(ctx, table, false); err != nil {
-				return nil, nil, err
-			}
-			*st = leadState{next: now.Add(jitter(leadContend))}
+			give = append(give, table)
+			*st = leadState{next: now.Add(contend)}
 			s.hub.setFollower(s.db, table, true)
+		case now.Before(st.next.Add(-leadSlack)):
+			// not due
+		case st.held: // term over: let the others contend, answering meanwhile
+			give = append(give, table)
+			*st = leadState{outgoing: true, next: now.Add(leadGrace)}
+		default:
+			take = append(take, table)
 		}
-		if !now.Before(st.next) {
-			if err := s.step(ctx, lead, table, st, now); err != nil {
-				return nil, nil, err
+	}
+	if len(take)+len(give) > 0 {
+		held, err := lead(ctx, take, give)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, table := range take {
+			st := s.queues[table]
+			if held[table] {
+				*st = leadState{held: true, next: now.Add(term)}
+			} else {
+				*st = leadState{next: now.Add(contend)}
 			}
+			s.hub.setFollower(s.db, table, !held[table])
 		}
+	}
+	wait := leadTerm
+	for _, st := range s.queues {
 		wait = min(wait, st.next.Sub(now))
 		if st.held {
 			wait = min(wait, leadCheck)
@@ -158,26 +182,4 @@ func (s *WakeSession) Elect(ctx context.Context, lead LeadFunc) (context.Context
 	}
 	s.cancel = cancel
 	return wctx, cancel, nil
-}
-
-// step moves table's election on at or after st.next.
-func (s *WakeSession) step(ctx context.Context, lead LeadFunc, table string, st *leadState, now time.Time) error {
-	if st.held { // term over: let the others contend, answering meanwhile
-		if _, err := lead(ctx, table, false); err != nil {
-			return err
-		}
-		*st = leadState{outgoing: true, next: now.Add(leadGrace)}
-		return nil
-	}
-	held, err := lead(ctx, table, true)
-	if err != nil {
-		return err
-	}
-	if held {
-		*st = leadState{held: true, next: now.Add(jitter(leadTerm))}
-	} else {
-		*st = leadState{next: now.Add(jitter(leadContend))}
-	}
-	s.hub.setFollower(s.db, table, !held)
-	return nil
 }

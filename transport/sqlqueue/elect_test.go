@@ -9,19 +9,27 @@ import (
 
 // locks is a database's session-level locks, for the election's unit
 // tests: one holder per key, taking never waits.
-type locks struct{ holder map[string]*WakeSession }
+type locks struct {
+	holder map[string]*WakeSession
+	calls  int // round trips
+}
 
 func (l *locks) lead(s *WakeSession) LeadFunc {
-	return func(_ context.Context, table string, take bool) (bool, error) {
-		h := l.holder[table]
-		switch {
-		case take && (h == nil || h == s):
-			l.holder[table] = s
-			return true, nil
-		case !take && h == s:
-			delete(l.holder, table)
+	return func(_ context.Context, take, give []string) (map[string]bool, error) {
+		l.calls++
+		for _, table := range give {
+			if l.holder[table] == s {
+				delete(l.holder, table)
+			}
 		}
-		return false, nil
+		held := map[string]bool{}
+		for _, table := range take {
+			if h := l.holder[table]; h == nil || h == s {
+				l.holder[table] = s
+				held[table] = true
+			}
+		}
+		return held, nil
 	}
 }
 
@@ -144,4 +152,47 @@ func kicked(s *WakeSession) <-chan struct{} {
 		close(ch)
 	}
 	return ch
+}
+
+// A pool's election pass is one round trip whatever its number of queues:
+// queues taken together keep their terms together, and the slack brings
+// steps due at nearby times into one pass.
+func TestWakeElectionOneRoundTripPerPass(t *testing.T) {
+	h := &hub{qs: map[wakeKey]*wakeQueue{}, sessions: map[*sql.DB]*WakeSession{}}
+	dbA, dbB := &sql.DB{}, &sql.DB{}
+	const queues = 50
+	for i := range queues {
+		table := "q" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		defer h.add(wakeKey{dbA, table}, &waiter{ch: make(chan struct{}, 1)})()
+		defer h.add(wakeKey{dbB, table}, &waiter{ch: make(chan struct{}, 1)})()
+	}
+	la, lb := &locks{holder: map[string]*WakeSession{}}, &locks{}
+	lb.holder = la.holder // one database
+	a, b := newWakeSession(h, dbA), newWakeSession(h, dbB)
+	t0 := time.Now()
+	pass(t, a, la, t0)
+	pass(t, b, lb, t0)
+	if la.calls != 1 || lb.calls != 1 {
+		t.Fatalf("first passes: %d and %d round trips, want 1 each", la.calls, lb.calls)
+	}
+	for table, holder := range la.holder {
+		if holder != a {
+			t.Fatalf("%s led by the second pool; the first to contend should lead every queue", table)
+		}
+	}
+	// Ten minutes of passes every 100ms: each pass that does anything is
+	// one round trip; the follower contends about every leadContend, the
+	// leader hands over about every leadTerm.
+	passes := 0
+	for now := t0; now.Before(t0.Add(10 * time.Minute)); now = now.Add(100 * time.Millisecond) {
+		pass(t, a, la, now)
+		pass(t, b, lb, now)
+		passes += 2
+	}
+	// At most one round trip per leadContend/2 per pool, whatever the
+	// number of queues (per queue, it would be queues times that).
+	limit := 2 * int(10*time.Minute/(leadContend/2))
+	if got := la.calls + lb.calls; got > limit {
+		t.Errorf("%d round trips in 10 minutes for %d queues × 2 pools, want ≤ %d", got, queues, limit)
+	}
 }

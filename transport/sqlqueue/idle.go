@@ -112,6 +112,7 @@ type prober struct {
 	baseCap time.Duration // empty delay of the registrants (smallest)
 
 	active atomic.Bool   // activity since the last probe: start the interval over
+	urgent atomic.Bool   // probe at once (wake-ups may have been lost)
 	kick   chan struct{} // cap 1: recompute the wait now
 	stop   chan struct{}
 	done   chan struct{}
@@ -202,6 +203,23 @@ func (p *prober) wake() {
 	}
 }
 
+// probeSoon asks db's prober, if any, to probe at once, and reports
+// whether there was one.
+func probeSoon(db *sql.DB) bool {
+	probersMu.Lock()
+	p := probers[db]
+	probersMu.Unlock()
+	if p == nil {
+		return false
+	}
+	p.urgent.Store(true)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
 // parked tells the prober a source of it has parked (it probes only queues
 // with a parked source; it may have been waiting for none).
 func (p *prober) parked() {
@@ -249,6 +267,9 @@ func (p *prober) run() {
 		case <-p.stop:
 			return
 		case <-p.kick:
+			if p.urgent.Swap(false) {
+				break // probe now
+			}
 			if p.active.Swap(false) { // activity: the interval starts over
 				p.mu.Lock()
 				p.sched.reset()

@@ -89,8 +89,13 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 	s.begin = coalesce.NewLinger(s.flushBegin, cfg.SettleBatch, cfg.SettleLinger)
 	s.complete = coalesce.NewLinger(s.flushComplete, cfg.SettleBatch, cfg.SettleLinger)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
+	mp, parks := e.d.(MultiProber)
+	parks = parks && skipShort && cfg.IdleProbeMax > 0
+	if parks {
+		s.w.parked = &s.parked // before the hub sees the waiter
+	}
 	s.unhook = localWake.add(wakeKey{e.db, q.Name}, s.w)
-	if mp, ok := e.d.(MultiProber); ok && skipShort && cfg.IdleProbeMax > 0 {
+	if parks {
 		s.idle = acquireProber(s, mp)
 	}
 	if cfg.SweepInterval > 0 {

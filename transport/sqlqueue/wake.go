@@ -64,6 +64,8 @@ type waiter struct {
 	// loop reads ch itself (to end its empty delay), so the claim that
 	// follows cannot tell from ch that it answers a wake-up.
 	woke atomic.Bool
+	// parked is the source's parked flag (nil: the source never parks).
+	parked *atomic.Bool
 }
 
 func (w *waiter) send() {
@@ -250,14 +252,30 @@ func (q *wakeQueue) fire() {
 }
 
 // notifyPool wakes every queue of db at once (after a LISTEN connection
-// was re-established: notifications sent meanwhile are lost).
+// was re-established: notifications sent meanwhile are lost). Parked
+// sources are not woken one by one: the pool's prober looks at all their
+// queues at once, in one statement, and wakes those with rows.
 func (h *hub) notifyPool(db *sql.DB) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	probe := false
 	for k, q := range h.qs {
 		if k.db == db {
 			for _, w := range q.ws {
+				if w.parked != nil && w.parked.Load() {
+					probe = true
+					continue
+				}
 				w.send()
+			}
+		}
+	}
+	if probe && !probeSoon(db) {
+		for k, q := range h.qs { // no prober: wake everyone after all
+			if k.db == db {
+				for _, w := range q.ws {
+					w.send()
+				}
 			}
 		}
 	}
