@@ -96,12 +96,38 @@
 // NOTIFY does not send every idle subscriber of a process to an empty
 // claim. Across pools, each queue has one leader (WakeSession; PostgreSQL:
 // a session advisory lock on the LISTEN connection): only the leader
-// listens and answers, the other pools find rows by their poll, and the
-// lead rotates about every 30s, passes on when the leader's sources stop
-// claiming, and is taken over within a few seconds when the leader dies. A
-// source whose previous claim came back short does not ask the database
-// again until a wake-up arrives (Stats.SkippedClaims). Otherwise the
-// receive loop polls after its empty delay.
+// listens and answers, the other pools find rows by their idle probe (see
+// Idle), and the lead rotates about every 30s, passes on when the leader's
+// sources stop claiming, and is taken over within a few seconds when the
+// leader dies. A pool's election pass is one round trip for all its
+// queues (LeadFunc), and queues taken in one pass keep one term. A source
+// whose previous claim came back short does not ask the database again
+// until a wake-up arrives (Stats.SkippedClaims).
+//
+// # Idle
+//
+// A source of a Subscriber whose claim came back empty parks: its receive
+// loop keeps its rhythm (the wave controller is unchanged: one probe after
+// an empty delay), but Claim answers empty without a round trip
+// (Stats.SkippedClaims) until a wake-up arrives. Dialects implementing
+// MultiProber (all three) give each pool one prober, shared by every
+// subscriber on the pool: one statement (Stats.Probes) checks every parked
+// queue's pending index for a due row and the earliest future due time,
+// and wakes the queues with due rows (Stats.ProbeHits) through the hub
+// above. Its interval starts at the empty delay, doubles while it finds
+// nothing, up to SubscriberConfig.IdleProbeMax (10s), and starts over on
+// any wake-up, in-process publish, claim that found rows or probe that
+// found a due row; it never waits past the earliest future due time, so
+// delayed rows and backed-off retries are delivered on time. A row that
+// reaches an idle queue without a wake-up reaching the pool (a publisher
+// in another process without NOTIFY, an outbox transaction committed by
+// another client, a notification lost while leadership changed hands) is
+// claimed within IdleProbeMax plus the debounce. An idle pool therefore
+// costs one statement per IdleProbeMax, whatever its number of queues,
+// plus (PostgreSQL) its share of the election, one round trip per pass.
+// The sweeper of a parked source skips its run (Stats.SkippedSweeps) when
+// a recent probe saw the queue table empty (no row in any state: nothing
+// to recover, dead-letter or expire); otherwise it runs as before.
 //
 // # Round trips
 //

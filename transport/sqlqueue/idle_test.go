@@ -1,8 +1,15 @@
 package sqlqueue
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
 )
 
 // The idle probe's interval doubles from the base while probes find
@@ -36,5 +43,28 @@ func TestIdleSchedule(t *testing.T) {
 	}
 	if s := newIdleSchedule(time.Minute, 10*time.Second); s.base != 10*time.Second {
 		t.Errorf("base above the cap: %s, want the cap", s.base)
+	}
+}
+
+// idle_probe_max reads into IdleProbeMax; out-of-range values are
+// ErrInvalidConfig naming the field.
+func TestIdleProbeMaxConfig(t *testing.T) {
+	var c SubscriberConfig
+	p := urlparam.New(url.Values{"idle_probe_max": {"2s"}})
+	c.ParseURL(p)
+	if err := p.Err(); err != nil || c.IdleProbeMax != 2*time.Second {
+		t.Fatalf("idle_probe_max=2s: got %s, %v", c.IdleProbeMax, err)
+	}
+	if d := (SubscriberConfig{}).withDefaults().IdleProbeMax; d != DefaultIdleProbeMax {
+		t.Errorf("zero value: %s, want DefaultIdleProbeMax", d)
+	}
+	for _, bad := range []time.Duration{time.Millisecond, 2 * time.Hour} {
+		err := SubscriberConfig{IdleProbeMax: bad}.Validate()
+		if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "IdleProbeMax") {
+			t.Errorf("IdleProbeMax %s: %v, want ErrInvalidConfig naming IdleProbeMax", bad, err)
+		}
+	}
+	if err := (SubscriberConfig{IdleProbeMax: -1}).Validate(); strings.Contains(fmt.Sprint(err), "IdleProbeMax") {
+		t.Errorf("negative (disabled) refused: %v", err)
 	}
 }

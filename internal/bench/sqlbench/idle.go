@@ -35,6 +35,10 @@ type IdleConfig struct {
 	Queues, Instances int
 	// Conns is each instance's pool size. Defaults to 4.
 	Conns int
+	// IdleConns caps each instance's idle connections: 0 keeps the pool's
+	// (Conns), negative keeps none (a fleet larger than the server's
+	// max_connections then holds only the LISTEN connections).
+	IdleConns int
 	// Warmup precedes the window: subscriptions settle, elections run,
 	// the probes back off. Defaults to 30s.
 	Warmup time.Duration
@@ -164,6 +168,9 @@ FROM pg_stat_database WHERE datname = $1`, name).Scan(&n, &c)
 			return res, err
 		}
 		dbs = append(dbs, db)
+		if cfg.IdleConns != 0 {
+			db.SetMaxIdleConns(max(cfg.IdleConns, 0))
+		}
 		sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: db, Dialect: dialect, IdleProbeMax: cfg.IdleProbeMax})
 		if err != nil {
 			return res, err

@@ -15,7 +15,8 @@ import (
 // BERTH_IDLE_WINDOW (60s) after BERTH_IDLE_WARMUP (30s), on PostgreSQL
 // (BERTH_TEST_POSTGRES_URL) and on SQLite; BERTH_IDLE_PROBE_MAX sets
 // IdleProbeMax (-1ns: every source polls, the behaviour before the shared
-// probe). It reports the database's transactions per second, per listener,
+// probe); BERTH_IDLE_CONNS (4) and BERTH_IDLE_IDLE_CONNS (0: the pool's;
+// negative: none) size each instance's pool. It reports the database's transactions per second, per listener,
 // connections, and the first-message latency after idle:
 //
 //	go test -run '^$' -bench Idle -benchtime 1x -timeout 30m ./internal/bench/sqlbench/
@@ -24,6 +25,7 @@ func BenchmarkIdle(b *testing.B) {
 		Queues:       envInt(b, "BERTH_IDLE_QUEUES", 50),
 		Instances:    envInt(b, "BERTH_IDLE_INSTANCES", 3),
 		Conns:        envInt(b, "BERTH_IDLE_CONNS", 4),
+		IdleConns:    envIntAny(b, "BERTH_IDLE_IDLE_CONNS", 0),
 		Warmup:       envDuration(b, "BERTH_IDLE_WARMUP", 30*time.Second),
 		Window:       envDuration(b, "BERTH_IDLE_WINDOW", time.Minute),
 		IdleProbeMax: envDuration(b, "BERTH_IDLE_PROBE_MAX", 0),
@@ -79,4 +81,16 @@ func envDuration(tb testing.TB, name string, def time.Duration) time.Duration {
 		tb.Fatalf("%s=%q: want a duration", name, v)
 	}
 	return d
+}
+
+func envIntAny(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		tb.Fatalf("%s=%q: want an integer", name, v)
+	}
+	return n
 }
