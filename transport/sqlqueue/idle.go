@@ -3,6 +3,7 @@ package sqlqueue
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,11 @@ import (
 // idleProbeFloor is the smallest probe interval (subscribers with a zero
 // or negative empty delay poll through their own claims anyway).
 const idleProbeFloor = 50 * time.Millisecond
+
+// probeChunk is the most queues one MultiProbe statement checks (SQLite
+// refuses a compound SELECT of more than 500 terms; a pool with more
+// parked queues runs one statement per chunk).
+const probeChunk = 200
 
 // dueSlack is added to the earliest future due time before probing again,
 // so the row is due when the probe runs (the database rounds to the
@@ -308,21 +314,29 @@ func (p *prober) probe() time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), p.stmtTO)
 	defer cancel()
 	at := p.clock.Now()
-	var res []ProbeResult
-	err := query(ctx, p.db, &p.ctrs.probes, p.d.MultiProbe(qs), func(r *sql.Rows) error {
-		var (
-			pr   ProbeResult
-			next sql.NullInt64
-		)
-		if err := r.Scan(&pr.Queue, &pr.Ready, &next, &pr.Empty); err != nil {
-			return err
+	var (
+		res []ProbeResult
+		err error
+	)
+	for chunk := range slices.Chunk(qs, probeChunk) {
+		err = query(ctx, p.db, &p.ctrs.probes, p.d.MultiProbe(chunk), func(r *sql.Rows) error {
+			var (
+				pr   ProbeResult
+				next sql.NullInt64
+			)
+			if err := r.Scan(&pr.Queue, &pr.Ready, &next, &pr.Empty); err != nil {
+				return err
+			}
+			if next.Valid && next.Int64 > 0 {
+				pr.NextDue = time.Duration(next.Int64) * time.Millisecond
+			}
+			res = append(res, pr)
+			return nil
+		})
+		if err != nil {
+			break
 		}
-		if next.Valid && next.Int64 > 0 {
-			pr.NextDue = time.Duration(next.Int64) * time.Millisecond
-		}
-		res = append(res, pr)
-		return nil
-	})
+	}
 	var wake []string
 	defer func() { // runs after p.mu is released: no lock held across the hub
 		for _, t := range wake {
