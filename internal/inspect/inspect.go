@@ -25,6 +25,9 @@ type QueueStats struct {
 	// DeadLetterQueue names the SQS dead-letter queue counted in
 	// DeadLettered; "" for SQL.
 	DeadLetterQueue string
+	// OldestReady is how long the oldest ready message has been due (SQL
+	// only; 0 when none is ready, or for SQS).
+	OldestReady time.Duration
 	// Missing is true when the queue is known (subscribed, or has dead
 	// letters) but its table or queue does not exist.
 	Missing bool
@@ -53,6 +56,10 @@ type Filter struct {
 	OlderThan time.Duration
 	// NewerThan, when positive, matches dead letters failed more recently.
 	NewerThan time.Duration
+	// Since, when not zero, matches dead letters failed at or after it.
+	Since time.Time
+	// Until, when not zero, matches dead letters failed before it.
+	Until time.Time
 	// IDs, when not empty, matches only these ids.
 	IDs []string
 }
@@ -79,6 +86,12 @@ func (f Filter) Match(d DeadLetter, now time.Time, queueAliases ...string) bool 
 		return false
 	}
 	if f.NewerThan > 0 && age > f.NewerThan {
+		return false
+	}
+	if !f.Since.IsZero() && d.FailedAt.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && !d.FailedAt.Before(f.Until) {
 		return false
 	}
 	if len(f.IDs) > 0 {

@@ -3,7 +3,6 @@ package inspect
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -495,7 +494,6 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 			queues[t] = s.queueByName(t)
 		}
 	}
-	now := s.nowExpr()
 	for name, q := range queues {
 		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name]}
 		byName[name] = st
@@ -503,12 +501,7 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 			st.Missing = true
 			continue
 		}
-		query := `SELECT
-	coalesce(sum(CASE WHEN state = 0 AND due_at <= ` + now.sql + ` THEN 1 ELSE 0 END), 0),
-	coalesce(sum(CASE WHEN state = 0 AND due_at > ` + now.sql + ` THEN 1 ELSE 0 END), 0),
-	coalesce(sum(CASE WHEN state <> 0 THEN 1 ELSE 0 END), 0)
-FROM ` + q.Table
-		if err := s.DB.QueryRowContext(ctx, query, now.args...).Scan(&st.Ready, &st.Delayed, &st.InFlight); err != nil {
+		if err := s.countQueue(ctx, q, st); err != nil {
 			return nil, fmt.Errorf("count %s: %w", name, err)
 		}
 	}
@@ -518,6 +511,36 @@ FROM ` + q.Table
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out, nil
+}
+
+// countQueue counts q's rows by state with one statement of four
+// subqueries, each answered from one of the queue table's partial indexes
+// (pending: state = 0 by due_at; leased: state <> 0) rather than by
+// reading the table, and sets st's counts and OldestReady.
+func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats) error {
+	var args []any
+	now := func() string {
+		e := s.nowExpr()
+		if len(e.args) > 0 {
+			args = append(args, e.args[0])
+		}
+		return e.sql
+	}
+	query := `SELECT
+	(SELECT count(*) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `),
+	(SELECT count(*) FROM ` + q.Table + ` WHERE state = 0 AND due_at > ` + now() + `),
+	(SELECT count(*) FROM ` + q.Table + ` WHERE state <> 0),
+	(SELECT min(due_at) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `)`
+	var oldest any
+	if err := s.DB.QueryRowContext(ctx, query, args...).Scan(&st.Ready, &st.Delayed, &st.InFlight, &oldest); err != nil {
+		return err
+	}
+	if oldest != nil {
+		if age := s.now().Sub(toTime(oldest)); age > 0 {
+			st.OldestReady = age
+		}
+	}
+	return nil
 }
 
 type expr struct {
@@ -555,62 +578,6 @@ func (s *SQL) deadCounts(ctx context.Context) (map[string]int64, error) {
 			return nil, err
 		}
 		out[t] = n
-	}
-	return out, rows.Err()
-}
-
-// errRow is a dead letter with its queue's topic, for filtering.
-type errRow struct {
-	DeadLetter
-	id      int64
-	topic   string
-	headers string
-}
-
-// selectDead reads the error table's rows (optionally of one queue table
-// or topic), oldest first, and applies f.
-func (s *SQL) selectDead(ctx context.Context, f Filter, limit int) ([]errRow, error) {
-	subs, err := s.subscriptions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	topics := map[string]string{}
-	for _, q := range subs {
-		topics[q.Name] = q.Topic
-	}
-	if f.Queue != "" {
-		if err := s.checkQueue(ctx, f.Queue, subs); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := s.DB.QueryContext(ctx, `SELECT id, queue_table, message_uuid, headers, body, attempts, reason, failed_at FROM `+s.Names.Errors+` ORDER BY id`)
-	if err != nil {
-		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read dead letters: %w", err)
-	}
-	defer rows.Close()
-	now := s.now()
-	var out []errRow
-	for rows.Next() {
-		var r errRow
-		var failed any
-		if err := rows.Scan(&r.id, &r.Queue, &r.UUID, &r.headers, &r.Payload, &r.Attempts, &r.Reason, &failed); err != nil {
-			return nil, err
-		}
-		r.ID = strconv.FormatInt(r.id, 10)
-		r.FailedAt = toTime(failed)
-		r.topic = topics[r.Queue]
-		r.Metadata = map[string]string{}
-		_ = json.Unmarshal([]byte(r.headers), &r.Metadata)
-		if !f.Match(r.DeadLetter, now, r.topic) {
-			continue
-		}
-		out = append(out, r)
-		if limit > 0 && len(out) >= limit {
-			break
-		}
 	}
 	return out, rows.Err()
 }
@@ -671,100 +638,4 @@ func plainRows(rs []errRow) []DeadLetter {
 		out[i] = r.DeadLetter
 	}
 	return out
-}
-
-// DeadLetters implements Inspector.
-func (s *SQL) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLetter, error) {
-	rs, err := s.selectDead(ctx, f, limit)
-	return plainRows(rs), err
-}
-
-// Purge implements Inspector: it deletes the selected rows of the error
-// table.
-func (s *SQL) Purge(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, error) {
-	rs, err := s.selectDead(ctx, f, 0)
-	if err != nil || dryRun || len(rs) == 0 {
-		return plainRows(rs), err
-	}
-	for chunk := range chunks(rs, 500) {
-		err := s.inTx(ctx, func(tx *sql.Tx) error { return s.deleteDead(ctx, tx, chunk) })
-		if err != nil {
-			return nil, fmt.Errorf("purge: %w", err)
-		}
-	}
-	return plainRows(rs), nil
-}
-
-func (s *SQL) deleteDead(ctx context.Context, tx *sql.Tx, rs []errRow) error {
-	ph := make([]string, len(rs))
-	args := make([]any, len(rs))
-	for i, r := range rs {
-		ph[i], args[i] = s.ph(i+1), r.id
-	}
-	_, err := tx.ExecContext(ctx, `DELETE FROM `+s.Names.Errors+` WHERE id IN (`+strings.Join(ph, ", ")+`)`, args...)
-	return err
-}
-
-func chunks(rs []errRow, n int) func(func([]errRow) bool) {
-	return func(yield func([]errRow) bool) {
-		for i := 0; i < len(rs); i += n {
-			if !yield(rs[i:min(i+n, len(rs))]) {
-				return
-			}
-		}
-	}
-}
-
-// Replay implements Inspector: each selected row is inserted into its
-// queue table as a new message (same UUID, metadata and payload; attempts
-// from zero; due now) and deleted from the error table, one transaction per
-// queue and chunk. A queue table that no longer exists fails the replay of
-// its rows, which stay in the error table.
-func (s *SQL) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, error) {
-	rs, err := s.selectDead(ctx, f, 0)
-	if err != nil || dryRun || len(rs) == 0 {
-		return plainRows(rs), err
-	}
-	subs, err := s.subscriptions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	queues := map[string]sqlqueue.Queue{}
-	for _, q := range subs {
-		queues[q.Name] = q
-	}
-	byQueue := map[string][]errRow{}
-	var order []string
-	for _, r := range rs {
-		if _, ok := byQueue[r.Queue]; !ok {
-			order = append(order, r.Queue)
-		}
-		byQueue[r.Queue] = append(byQueue[r.Queue], r)
-	}
-	var done []DeadLetter
-	for _, name := range order {
-		q, ok := queues[name]
-		if !ok {
-			q = s.queueByName(name)
-		}
-		for chunk := range chunks(byQueue[name], 200) {
-			ins := make([]sqlqueue.InsertRow, len(chunk))
-			for i, r := range chunk {
-				ins[i] = sqlqueue.InsertRow{UUID: r.UUID, Headers: []byte(r.headers), Body: r.Payload}
-			}
-			err := s.inTx(ctx, func(tx *sql.Tx) error {
-				for _, st := range s.Dialect.Insert(q, ins) {
-					if err := s.exec(ctx, tx, st); err != nil {
-						return err
-					}
-				}
-				return s.deleteDead(ctx, tx, chunk)
-			})
-			if err != nil {
-				return done, fmt.Errorf("replay to %s: %w", name, err)
-			}
-			done = append(done, plainRows(chunk)...)
-		}
-	}
-	return done, nil
 }

@@ -409,6 +409,33 @@ func (s *SQS) Purge(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, e
 // dead-letter queue. A message without a source queue is left where it is
 // and reported as an error.
 func (s *SQS) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, error) {
+	return s.replay(ctx, f, dryRun, 0)
+}
+
+// MaxSQSReplayDelay is the longest delay SQS lets a message wait.
+const MaxSQSReplayDelay = 15 * time.Minute
+
+// ReplayDelayed is Replay with each message delayed (DelaySeconds, at
+// most MaxSQSReplayDelay; FIFO queues take no per-message delay).
+func (s *SQS) ReplayDelayed(ctx context.Context, f Filter, delay time.Duration) ([]DeadLetter, error) {
+	if delay < 0 || delay > MaxSQSReplayDelay {
+		return nil, fmt.Errorf("%w: replay delay %s is not 0 to %s", transport.ErrInvalidConfig, delay, MaxSQSReplayDelay)
+	}
+	return s.replay(ctx, f, false, delay)
+}
+
+// DeadLetterPage returns the first limit dead letters f selects. SQS has
+// no order and no cursor: Next is always "", and a cursor other than "" is
+// ErrBadCursor.
+func (s *SQS) DeadLetterPage(ctx context.Context, f Filter, cursor string, limit int) (Page, error) {
+	if cursor != "" || limit < 1 || limit > 1000 {
+		return Page{}, fmt.Errorf("%w: SQS dead letters have no pages", ErrBadCursor)
+	}
+	ds, err := s.DeadLetters(ctx, f, limit)
+	return Page{DeadLetters: ds}, err
+}
+
+func (s *SQS) replay(ctx context.Context, f Filter, dryRun bool, delay time.Duration) ([]DeadLetter, error) {
 	urls := map[string]string{}
 	return s.settle(ctx, f, dryRun, func(qurl string, r received) error {
 		if r.Queue == "" {
@@ -428,8 +455,11 @@ func (s *SQS) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, 
 				attrs[k] = v
 			}
 		}
-		in := &awssqs.SendMessageInput{QueueUrl: aws.String(target), MessageBody: aws.String(r.body), MessageAttributes: attrs}
+		in := &awssqs.SendMessageInput{QueueUrl: aws.String(target), MessageBody: aws.String(r.body), MessageAttributes: attrs, DelaySeconds: int32(delay / time.Second)}
 		if strings.HasSuffix(r.Queue, ".fifo") {
+			if delay > 0 {
+				return fmt.Errorf("sqs: %s is a FIFO queue: no per-message delay", r.Queue)
+			}
 			g := r.Metadata[sqs.MetadataGroupID]
 			if g == "" {
 				g = "berth-replay"
