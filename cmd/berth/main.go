@@ -4,6 +4,7 @@
 //	berth migrate --url URL [--print] [--queue TOPIC[:GROUP]]…
 //	berth queues  --url URL [--json]
 //	berth dlq     list | show ID | replay | purge  --url URL [filters] [--dry-run]
+//	berth console --url URL [--addr 127.0.0.1:8080] [--read-only]
 //	berth health  --addr http://host:port[/path]
 //	berth bench   [--scenario NAME]… [--scale F] [--out DIR] [--allow-skip]
 //
@@ -47,6 +48,7 @@ Usage:
   berth migrate [flags]  create or upgrade the SQL schema (--print: show the DDL)
   berth queues [flags]   each queue's ready, delayed, in-flight and dead-lettered counts
   berth dlq SUBCOMMAND   list, show, replay or purge dead letters
+  berth console [flags]  serve a web console for queues and dead letters
   berth health [flags]   query a running service's health endpoint
   berth bench [flags]    run the benchmark scenarios, write results and SVG charts
 
@@ -54,7 +56,7 @@ Run 'berth <command> --help' for the command's flags.
 `
 
 // commands names the commands in the order the usage lists them.
-const commands = "demo, migrate, queues, dlq, health, bench"
+const commands = "demo, migrate, queues, dlq, console, health, bench"
 
 // run dispatches to a command and returns the process exit code. Every
 // error is printed once, on one line, prefixed with the command ("berth
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = queues(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		err = dlq(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = consoleCmd(ctx, args[1:], stdout, stderr)
 	case "health":
 		err = healthCmd(ctx, args[1:], stdout, stderr)
 	case "bench":

@@ -1,0 +1,75 @@
+// berth console: live counts by short polling, filter-as-you-type. No
+// dependencies; every page works without it.
+"use strict";
+(function () {
+  const refresh = Number(document.body.dataset.refresh) || 5000;
+
+  // Filter table rows by name as the user types.
+  document.querySelectorAll("[data-filter-rows]").forEach(function (input) {
+    const apply = function () {
+      const q = input.value.trim().toLowerCase();
+      document.querySelectorAll(input.dataset.filterRows).forEach(function (tr) {
+        if (!tr.dataset.name) return;
+        tr.hidden = q !== "" && !tr.dataset.name.toLowerCase().includes(q);
+      });
+    };
+    input.addEventListener("input", apply);
+  });
+
+  function fmtAge(s) {
+    if (s < 60) return Math.round(s) + "s";
+    if (s < 3600) return Math.round(s / 60) + "m0s";
+    return Math.round(s / 3600) + "h0m0s";
+  }
+  function cells(q) {
+    const rate = q.drained_per_minute < 0 ? "–" : (Math.round(q.drained_per_minute * 10) / 10) + "/min";
+    return {
+      ready: String(q.ready), in_flight: String(q.in_flight), delayed: String(q.delayed),
+      dead_lettered: String(q.dead_lettered), oldest: q.ready === 0 ? "–" : fmtAge(q.oldest_ready_seconds), rate: rate,
+    };
+  }
+  function update(root, q) {
+    const c = cells(q);
+    Object.keys(c).forEach(function (k) {
+      const el = root.querySelector('[data-field="' + k + '"]');
+      if (!el) return;
+      const link = el.querySelector("a");
+      const target = link || el;
+      if (target.textContent !== c[k]) target.textContent = c[k];
+    });
+  }
+  function stamp() {
+    const el = document.getElementById("updated");
+    if (el) el.textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+  }
+
+  const poller = document.querySelector("[data-poll]");
+  if (!poller) return;
+  const url = poller.dataset.poll;
+  let busy = false;
+  async function tick() {
+    if (busy || document.hidden) return;
+    busy = true;
+    try {
+      const res = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      if (!res.ok) return;
+      const data = await res.json();
+      if (data.queues) {
+        data.queues.forEach(function (q) {
+          const tr = poller.querySelector('tr[data-queue="' + CSS.escape(q.name) + '"]');
+          if (tr) update(tr, q);
+        });
+      } else if (data.queue) {
+        update(poller, data.queue);
+        const img = document.getElementById("history");
+        if (img) img.src = img.src.split("?")[0] + "?t=" + Date.now();
+      }
+      stamp();
+    } catch (e) {
+      // The next tick tries again.
+    } finally {
+      busy = false;
+    }
+  }
+  setInterval(tick, refresh);
+})();

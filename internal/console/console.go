@@ -1,0 +1,208 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/berth-go/berth/internal/inspect"
+)
+
+// Source is what the console reads and changes: *inspect.SQL and
+// *inspect.SQS implement it.
+type Source interface {
+	// Queues returns every queue's counts.
+	Queues(ctx context.Context) ([]inspect.QueueStats, error)
+	// DeadLetterPage returns one page of the dead letters f selects.
+	DeadLetterPage(ctx context.Context, f inspect.Filter, cursor string, limit int) (inspect.Page, error)
+	// ReplayDelayed moves the dead letters f selects back to their queue,
+	// fenced: each is moved at most once whoever else acts at the time.
+	ReplayDelayed(ctx context.Context, f inspect.Filter, delay time.Duration) ([]inspect.DeadLetter, error)
+	// Purge deletes the dead letters f selects, with the same fence.
+	Purge(ctx context.Context, f inspect.Filter, dryRun bool) ([]inspect.DeadLetter, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultSampleInterval = 10 * time.Second
+	DefaultWindow         = time.Hour
+	DefaultPageSize       = 50
+	DefaultPreviewLimit   = 64 << 10
+	DefaultRefresh        = 5 * time.Second
+)
+
+// ErrInvalidConfig wraps every problem New finds in a Config.
+var ErrInvalidConfig = errors.New("console: invalid config")
+
+// Config configures a Server. The zero value (with a Source) is a
+// read-write console without authentication, for a loopback address.
+type Config struct {
+	// Source is the deployment shown. Required.
+	Source Source
+	// Kind names the transport ("postgres", "sqlite", "sqlserver", "sqs"),
+	// shown in the header. Defaults to "".
+	Kind string
+	// ReadOnly hides every action and makes the API refuse them (403).
+	// Defaults to false.
+	ReadOnly bool
+	// Auth is the credentials every request must carry. Defaults to none.
+	Auth Auth
+	// SampleInterval is how often the sampler reads the queues' counts
+	// for the history. Defaults to DefaultSampleInterval.
+	SampleInterval time.Duration
+	// Window is how much history is kept. Defaults to DefaultWindow.
+	Window time.Duration
+	// PageSize is the dead letters per page. Defaults to DefaultPageSize.
+	PageSize int
+	// PreviewLimit caps the body preview, in bytes. Defaults to
+	// DefaultPreviewLimit.
+	PreviewLimit int
+	// Refresh is how often the pages poll for fresh counts. Defaults to
+	// DefaultRefresh.
+	Refresh time.Duration
+	// Logger receives failed requests and sampler errors. Defaults to
+	// discarding.
+	Logger *slog.Logger
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+//go:embed assets
+var assets embed.FS
+
+// Server serves the console. Create it with New, start its sampler with
+// Start, serve Handler, and stop it with Close.
+type Server struct {
+	cfg     Config
+	pages   map[string]*template.Template
+	static  http.Handler
+	history *history
+
+	mu      sync.Mutex
+	started bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// New checks cfg, applies its defaults and returns a Server. It starts
+// nothing.
+func New(cfg Config) (*Server, error) {
+	var errs []error
+	if cfg.Source == nil {
+		errs = append(errs, errors.New("Source is required"))
+	}
+	if cfg.SampleInterval < 0 || cfg.Window < 0 || cfg.PageSize < 0 || cfg.PreviewLimit < 0 || cfg.Refresh < 0 {
+		errs = append(errs, errors.New("SampleInterval, Window, PageSize, PreviewLimit and Refresh must not be negative"))
+	}
+	if cfg.PageSize > 1000 {
+		errs = append(errs, fmt.Errorf("PageSize %d is over 1000", cfg.PageSize))
+	}
+	if err := cfg.Auth.check(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
+	if cfg.Window == 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.PreviewLimit == 0 {
+		cfg.PreviewLimit = DefaultPreviewLimit
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	static, _ := fs.Sub(assets, "assets/static")
+	return &Server{
+		cfg:     cfg,
+		pages:   pages,
+		static:  http.StripPrefix("/static/", http.FileServerFS(static)),
+		history: newHistory(cfg.Window),
+	}, nil
+}
+
+// Start starts the sampler, which records the queues' counts every
+// SampleInterval (the first at once) until Close. Starting twice is a
+// no-op.
+func (s *Server) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.started = true
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop, s.done = stop, make(chan struct{})
+	go s.sample(ctx)
+}
+
+// Close stops the sampler and waits for it, at most until ctx is done. It
+// is idempotent and safe before Start.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	stop, done := s.stop, s.done
+	s.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("console: sampler still running: %w", ctx.Err())
+	}
+}
+
+func (s *Server) sample(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		s.SampleNow(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// SampleNow reads the queues' counts once into the history, as the
+// sampler does every SampleInterval.
+func (s *Server) SampleNow(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SampleInterval+5*time.Second)
+	defer cancel()
+	qs, err := s.cfg.Source.Queues(rctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("console: sample queues", "err", err)
+		}
+		return
+	}
+	s.history.add(s.cfg.Now(), qs)
+}

@@ -1,0 +1,40 @@
+// Package console serves Berth's web console: the queues of one deployment
+// with their counts and an hour of history, and its dead letters to browse,
+// replay and delete, as server-rendered pages and a small JSON API. It
+// works on any Source (internal/inspect's SQL and SQS inspectors).
+//
+// # Pages and API
+//
+// /queues lists every queue (pending, in flight, delayed, dead-lettered,
+// oldest pending age, drain rate), sortable and filterable by name;
+// /queues/{name} adds the history chart. /deadletters browses dead letters
+// by queue, reason and failure time in keyset pages; /deadletters/{id}
+// shows one (body as text, JSON or hex, capped at PreviewLimit). Actions
+// are POST forms that ask for confirmation, then redirect with the counts.
+// The API mirrors them: GET /api/queues, /api/queues/{name},
+// /api/deadletters, /api/deadletters/{id}; POST
+// /api/deadletters/{replay,delete} with {"ids": […]} or {"all": true,
+// "filter": {…}}. Bad input is 400, an unknown queue or dead letter 404,
+// an action on a read-only console 403; every message is one line of text.
+//
+// # Safety
+//
+// Replay and delete go through the Source's fenced statements
+// (inspect.SQL claims each row with DELETE … RETURNING in the transaction
+// that re-inserts it), so an action cut short moves nothing it did not
+// delete, and two operators acting at once never move a dead letter twice:
+// the second is told how many were already gone.
+//
+// # Authentication
+//
+// Auth holds a bearer token and/or a basic-auth user and password; with
+// neither, CheckListen refuses any address that is not loopback. Writes
+// from another site's pages are refused (Sec-Fetch-Site, Origin), since a
+// browser sends basic credentials with any site's form.
+//
+// # Goroutines
+//
+// Start starts one sampler goroutine that reads the queues' counts every
+// SampleInterval into an in-memory window; Close stops it and waits. The
+// pages poll the API for live counts: the server holds no connection open.
+package console
