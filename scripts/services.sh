@@ -7,6 +7,9 @@
 #   AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  (defaults, if unset)
 #   BERTH_TEST_PG_STAT_STATEMENTS  1 when pg_stat_statements is usable
 #
+# and installs Debian's chromium (/usr/bin/chromium) for the console's
+# browser tests when it is missing and this runs as root.
+#
 # Sourced by scripts/test.sh, which calls services_start and stops what was
 # started with services_stop on exit. Run directly for local development:
 #
@@ -360,6 +363,27 @@ pg_stop() {
 	fi
 }
 
+# ------------------------------------------------------------ browser -------
+
+CHROMIUM=/usr/bin/chromium
+
+# chromium_setup installs Debian's chromium for internal/console's browser
+# tests (driven with chromedp) when it is missing: as root with apt-get,
+# else it is a missing service.
+chromium_setup() {
+	if [[ -x "$CHROMIUM" ]]; then
+		return 0
+	fi
+	if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+		log "installing chromium for the console's browser tests (apt-get install chromium)"
+		if DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; then
+			return 0
+		fi
+	fi
+	missing_service "no browser at $CHROMIUM for the console's browser tests (as root: apt-get install chromium)"
+}
+
 # -------------------------------------------------------------- entry -------
 
 # services_start [detach]: start or find every service and export its
@@ -367,6 +391,7 @@ pg_stop() {
 services_start() {
 	postgres_setup "${1:-}"
 	sqs_setup "${1:-}"
+	chromium_setup
 }
 
 # services_stop stops what services_start started in this shell. Safe to

@@ -80,14 +80,18 @@ func (q queueView) Rate() string {
 	return chart.FormatValue(math.Round(q.DrainedPerMinute*10)/10) + "/min"
 }
 
+// age is a short duration: 42s, 17m, 5h 3m, 3d 4h.
 func age(d time.Duration) string {
+	d = max(d, 0)
 	switch {
 	case d < time.Minute:
-		return d.Round(time.Second).String()
+		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
-		return d.Round(time.Minute).String()
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
 	default:
-		return d.Round(time.Hour).String()
+		return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
 }
 
@@ -223,7 +227,7 @@ func preview(body []byte, view string, limit int) (out, used string, truncated b
 		switch {
 		case !truncated && json.Valid(body) && len(bytes.TrimSpace(body)) > 0:
 			view = "json"
-		case utf8.Valid(body):
+		case printable(body):
 			view = "text"
 		default:
 			view = "hex"
@@ -247,6 +251,20 @@ func preview(body []byte, view string, limit int) (out, used string, truncated b
 	default:
 		return hex.Dump(body), "hex", truncated
 	}
+}
+
+// printable reports whether body is UTF-8 text without control
+// characters other than tab, newline and carriage return.
+func printable(body []byte) bool {
+	if !utf8.Valid(body) {
+		return false
+	}
+	for _, r := range string(body) {
+		if (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) getDead(ctx context.Context, id string) (inspect.DeadLetter, error) {

@@ -16,10 +16,14 @@
     input.addEventListener("input", apply);
   });
 
+  // fmtAge is handlers.go's age: 42s, 17m, 5h 3m, 3d 4h.
   function fmtAge(s) {
-    if (s < 60) return Math.round(s) + "s";
-    if (s < 3600) return Math.round(s / 60) + "m0s";
-    return Math.round(s / 3600) + "h0m0s";
+    s = Math.max(0, Math.floor(s));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m";
+    const h = Math.floor(s / 3600);
+    if (h < 48) return h + "h " + (Math.floor(s / 60) % 60) + "m";
+    return Math.floor(h / 24) + "d " + (h % 24) + "h";
   }
   function cells(q) {
     const rate = q.drained_per_minute < 0 ? "–" : (Math.round(q.drained_per_minute * 10) / 10) + "/min";
