@@ -266,12 +266,14 @@ func (r *Receiver) release(ds []*transport.Delivery) {
 	}
 	ctx, cancel := settleCtx()
 	defer cancel()
+	start := time.Now()
 	err := r.guard(string(faults.Release), func() error {
 		if err := faults.Hit(faults.Release); err != nil {
 			return err
 		}
 		return r.src.Release(ctx, ds)
 	})
+	r.settled(transport.SettleRelease, nil, len(ds), start, err)
 	if err != nil {
 		r.logError("release failed; the broker's lease expiry will return the deliveries", err,
 			watermill.LogFields{"count": len(ds)})
@@ -428,7 +430,7 @@ func (r *Receiver) process(d *transport.Delivery) {
 func (f *flight) undelivered() {
 	f.state.Store(flightDone)
 	f.tracker.Cancel()
-	f.r.retry(f.d, 0)
+	f.r.retry(f.d, f.msg, 0)
 	f.end(transport.OutcomeAbandoned)
 }
 
@@ -503,12 +505,12 @@ func (f *flight) watch(wake <-chan struct{}) {
 	f.tracker.Cancel()
 	switch outcome {
 	case transport.OutcomeAcked:
-		r.complete(f.d)
+		r.complete(f.d, f.msg)
 	case transport.OutcomeNacked:
 		outcome = r.nack(f.d, f.msg)
 	default:
 		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
-		r.retry(f.d, 0)
+		r.retry(f.d, f.msg, 0)
 	}
 	f.end(outcome)
 }
@@ -528,7 +530,7 @@ func (f *flight) handBackIfAbandoned(owned *bool) {
 func (f *flight) handBack() {
 	f.tracker.Cancel()
 	f.r.logDebug("closing: batched message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
-	f.r.retry(f.d, 0)
+	f.r.retry(f.d, f.msg, 0)
 	f.end(transport.OutcomeAbandoned)
 }
 
@@ -607,15 +609,22 @@ func (r *Receiver) handBackDetached() {
 
 func (r *Receiver) isFaulted() bool { return r.fault.Load() != nil }
 
-func (r *Receiver) complete(d *transport.Delivery) {
+// settled reports a settlement call to the observer.
+func (r *Receiver) settled(op transport.SettleOp, msg *message.Message, n int, start time.Time, err error) {
+	r.observe(func(o transport.Observer) { o.Settled(r.name, op, msg, n, start, err) })
+}
+
+func (r *Receiver) complete(d *transport.Delivery, msg *message.Message) {
 	ctx, cancel := settleCtx()
 	defer cancel()
+	start := time.Now()
 	err := r.guard(string(faults.Ack), func() error {
 		if err := faults.Hit(faults.Ack); err != nil {
 			return err
 		}
 		return r.src.Complete(ctx, d)
 	})
+	r.settled(transport.SettleAck, msg, 1, start, err)
 	if err != nil {
 		r.logError("ack failed; the message may be redelivered", err, watermill.LogFields{"id": d.ID})
 	}
@@ -626,19 +635,21 @@ func (r *Receiver) nack(d *transport.Delivery, msg *message.Message) transport.O
 		r.deadLetter(d, msg, fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts))
 		return transport.OutcomeDeadLettered
 	}
-	r.retry(d, r.cfg.RetryDelayFor(d.Attempt))
+	r.retry(d, msg, r.cfg.RetryDelayFor(d.Attempt))
 	return transport.OutcomeNacked
 }
 
-func (r *Receiver) retry(d *transport.Delivery, delay time.Duration) {
+func (r *Receiver) retry(d *transport.Delivery, msg *message.Message, delay time.Duration) {
 	ctx, cancel := settleCtx()
 	defer cancel()
+	start := time.Now()
 	err := r.guard(string(faults.Nack), func() error {
 		if err := faults.Hit(faults.Nack); err != nil {
 			return err
 		}
 		return r.src.Retry(ctx, d, delay)
 	})
+	r.settled(transport.SettleNack, msg, 1, start, err)
 	if err != nil {
 		r.logError("nack failed; the message returns after its lease expires", err, watermill.LogFields{"id": d.ID})
 	}
@@ -647,12 +658,14 @@ func (r *Receiver) retry(d *transport.Delivery, delay time.Duration) {
 func (r *Receiver) deadLetter(d *transport.Delivery, msg *message.Message, reason string) {
 	ctx, cancel := settleCtx()
 	defer cancel()
+	start := time.Now()
 	err := r.guard(string(faults.DeadLetter), func() error {
 		if err := faults.Hit(faults.DeadLetter); err != nil {
 			return err
 		}
 		return r.src.DeadLetter(ctx, d, msg, reason)
 	})
+	r.settled(transport.SettleDeadLetter, msg, 1, start, err)
 	if err != nil {
 		r.logError("dead-letter failed; the message returns after its lease expires", err,
 			watermill.LogFields{"id": d.ID, "reason": reason})

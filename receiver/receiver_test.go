@@ -188,6 +188,8 @@ type recordingObserver struct {
 	mu       sync.Mutex
 	outcomes map[string]transport.Outcome
 	names    []string
+	settles  map[string]transport.SettleOp // by message UUID
+	early    []string                      // outcomes reported before their settlement
 }
 
 func (o *recordingObserver) Delivering(ctx context.Context, name string, msg *message.Message) (context.Context, func(transport.Outcome)) {
@@ -197,13 +199,24 @@ func (o *recordingObserver) Delivering(ctx context.Context, name string, msg *me
 	return ctx, func(out transport.Outcome) {
 		o.mu.Lock()
 		o.outcomes[msg.UUID] = out
+		if _, ok := o.settles[msg.UUID]; !ok && o.settles != nil {
+			o.early = append(o.early, msg.UUID)
+		}
 		o.mu.Unlock()
+	}
+}
+
+func (o *recordingObserver) Settled(_ string, op transport.SettleOp, msg *message.Message, n int, start time.Time, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.settles != nil && msg != nil && n == 1 && err == nil && !start.IsZero() {
+		o.settles[msg.UUID] = op
 	}
 }
 
 func TestObserverSeesEveryOutcome(t *testing.T) {
 	src := newGateSource()
-	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
+	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}, settles: map[string]transport.SettleOp{}}
 	out := make(chan *message.Message)
 	r, err := receiver.New(transport.ReceiverParams{Source: src, Out: out, Name: "orders",
 		Config: transport.PipelineConfig{Concurrency: 1, MaxAttempts: 2, Observer: obs}})
@@ -235,6 +248,15 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	}
 	if len(obs.names) != 3 || obs.names[0] != "orders" {
 		t.Errorf("listener names %v", obs.names)
+	}
+	wantOps := map[string]transport.SettleOp{"a": transport.SettleAck, "b": transport.SettleNack, "c": transport.SettleDeadLetter}
+	for id, w := range wantOps {
+		if op, ok := obs.settles[id]; !ok || op != w {
+			t.Errorf("%s: settled by %v (reported %v), want %v", id, op, ok, w)
+		}
+	}
+	if len(obs.early) > 0 {
+		t.Errorf("outcomes reported before their settlement: %v", obs.early)
 	}
 }
 

@@ -295,3 +295,9 @@ func (o *Observer) Faulted(listener string, f *transport.Fault) {
 func (o *Observer) Rebuilt(listener string) {
 	o.rebuilds.Add(context.Background(), 1, o.attrs(listener).base)
 }
+
+// Received implements transport.Observer; it records nothing yet.
+func (o *Observer) Received(string, time.Time, int, error) {}
+
+// Settled implements transport.Observer; it records nothing yet.
+func (o *Observer) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {}

@@ -30,6 +30,9 @@ type ClaimSizer interface {
 type ListenerConfig struct {
 	// Name identifies the listener (topic, and consumer group if any).
 	Name string
+	// Destination is what the listener consumes, for observers and
+	// ListenerState. Its Name defaults to Name.
+	Destination Destination
 	// Source to receive from. The listener does not close it.
 	Source Source
 	// Pipeline configuration; defaults applied by NewListener.
@@ -101,6 +104,9 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if cfg.Context == nil {
 		cfg.Context = context.Background()
 	}
+	if cfg.Destination.Name == "" {
+		cfg.Destination.Name = cfg.Name
+	}
 	l := &Listener{
 		cfg:       cfg,
 		pcfg:      cfg.Pipeline.WithDefaults(),
@@ -115,6 +121,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if l.logger == nil {
 		l.logger = watermill.NopLogger{}
 	}
+	l.pcfg.Observer = bindObserver(l.pcfg.Observer, cfg.Name, cfg.Destination)
 	l.pending = NewPending(l.kick)
 	if cs, ok := cfg.Source.(ClaimSizer); ok && cs.MaxClaim() > 0 {
 		l.claimSize = cs.MaxClaim()
@@ -128,11 +135,29 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	return l, nil
 }
 
+// bindObserver returns the observer a ListenerObserver binds to one
+// listener, or obs itself.
+func bindObserver(obs Observer, name string, d Destination) (bound Observer) {
+	bound = obs
+	lo, ok := obs.(ListenerObserver)
+	if !ok {
+		return bound
+	}
+	defer func() { _ = recover() }() // a panicking observer is ignored
+	if b := lo.ForListener(name, d); b != nil {
+		bound = b
+	}
+	return bound
+}
+
 // Messages returns the Watermill channel; it is closed by Close.
 func (l *Listener) Messages() <-chan *message.Message { return l.out }
 
 // Name returns the listener's name.
 func (l *Listener) Name() string { return l.cfg.Name }
+
+// Destination returns what the listener consumes.
+func (l *Listener) Destination() Destination { return l.cfg.Destination }
 
 // Pending returns the listener's batching-pending counter.
 func (l *Listener) Pending() *Pending { return l.pending }
@@ -319,10 +344,11 @@ func (l *Listener) State() ListenerState {
 	l.mu.Lock()
 	r := l.recv
 	s := ListenerState{
-		Name:      l.cfg.Name,
-		Latched:   l.latched,
-		LastError: l.lastErr,
-		StartedAt: l.startedAt,
+		Name:        l.cfg.Name,
+		Destination: l.cfg.Destination,
+		Latched:     l.latched,
+		LastError:   l.lastErr,
+		StartedAt:   l.startedAt,
 	}
 	paused := l.paused
 	lastFault := l.lastFault
@@ -570,7 +596,7 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 		return 0, 0, 0, err
 	}
 	if l.claimSize == 0 {
-		ds, err := l.cfg.Source.Claim(ctx, n)
+		ds, err := l.claim(ctx, n)
 		if err != nil {
 			return n, 0, 0, err
 		}
@@ -596,7 +622,7 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds, err := l.cfg.Source.Claim(ctx, m)
+			ds, err := l.claim(ctx, m)
 			if len(ds) > 0 {
 				l.pushCurrent(ds)
 			}
@@ -615,6 +641,14 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 		return launched, 0, claimed, errors.Join(errs...)
 	}
 	return launched, hits, claimed, nil
+}
+
+// claim makes one Claim call on the source and reports it to the observer.
+func (l *Listener) claim(ctx context.Context, max int) ([]*Delivery, error) {
+	start := time.Now()
+	ds, err := l.cfg.Source.Claim(ctx, max)
+	l.observe(func(o Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
+	return ds, err
 }
 
 // observe calls the observer; a panicking observer is ignored.

@@ -409,3 +409,102 @@ func newTrackedMessage(p *transport.Pending) *message.Message {
 	m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
 	return m
 }
+
+// bindingObserver records what ForListener is given; its bound observer
+// records Received and Settled events.
+type bindingObserver struct {
+	transport.NopObserver
+	mu       sync.Mutex
+	names    []string
+	dests    []transport.Destination
+	received int // deliveries reported by Received
+	settled  []transport.SettleOp
+	panics   bool
+}
+
+func (o *bindingObserver) ForListener(name string, d transport.Destination) transport.Observer {
+	if o.panics {
+		panic("ForListener")
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.names = append(o.names, name)
+	o.dests = append(o.dests, d)
+	return boundObserver{o}
+}
+
+type boundObserver struct{ o *bindingObserver }
+
+func (boundObserver) WaveDone(string, int, int, int, error) {}
+func (boundObserver) Delivering(ctx context.Context, _ string, _ *message.Message) (context.Context, func(transport.Outcome)) {
+	return ctx, nil
+}
+func (boundObserver) DeadLettered(string, *message.Message, string) {}
+func (boundObserver) Faulted(string, *transport.Fault)              {}
+func (boundObserver) Rebuilt(string)                                {}
+func (b boundObserver) Received(_ string, _ time.Time, claimed int, _ error) {
+	b.o.mu.Lock()
+	b.o.received += claimed
+	b.o.mu.Unlock()
+}
+func (b boundObserver) Settled(_ string, op transport.SettleOp, _ *message.Message, _ int, _ time.Time, _ error) {
+	b.o.mu.Lock()
+	b.o.settled = append(b.o.settled, op)
+	b.o.mu.Unlock()
+}
+
+// A ListenerObserver is bound to each listener with the Destination the
+// subscriber describes, and the bound observer gets the listener's and its
+// receiver's events (claims and settlements among them).
+func TestSubscriberBindsObserver(t *testing.T) {
+	src := &fakeSource{available: 1}
+	obs := &bindingObserver{}
+	p := transport.PipelineConfig{Observer: obs, DrainTimeout: time.Second}
+	p.Wave.EmptyDelay = 5 * time.Millisecond
+	sub, err := transport.NewSubscriber(func(context.Context, string) (transport.Source, error) { return src, nil },
+		transport.SubscriberConfig{Pipeline: p, NewReceiver: receiver.New, System: "test.system", ConsumerGroup: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	if got := sub.MessagingSystem(); got != "test.system" {
+		t.Errorf("MessagingSystem() = %q, want test.system", got)
+	}
+	ch, err := sub.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-ch:
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	want := transport.Destination{System: "test.system", Name: "orders", ConsumerGroup: "billing"}
+	eventually(t, "the ack reported", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return len(obs.settled) == 1
+	})
+	obs.mu.Lock()
+	if len(obs.names) != 1 || obs.names[0] != "orders/billing" || obs.dests[0] != want {
+		t.Errorf("ForListener(%v, %+v), want (orders/billing, %+v)", obs.names, obs.dests, want)
+	}
+	if obs.received != 1 || obs.settled[0] != transport.SettleAck {
+		t.Errorf("bound observer saw %d received, settlements %v; want 1 and [ack]", obs.received, obs.settled)
+	}
+	obs.mu.Unlock()
+	states := sub.ListenerStates()
+	if len(states) != 1 || states[0].Destination != want || states[0].Name != "orders/billing" {
+		t.Errorf("ListenerStates = %+v, want one listener orders/billing consuming %+v", states, want)
+	}
+}
+
+// A ForListener that panics leaves the observer itself in place.
+func TestListenerObserverPanicIgnored(t *testing.T) {
+	obs := &bindingObserver{panics: true}
+	l := newListener(t, &fakeSource{}, transport.PipelineConfig{Observer: obs})
+	if d := l.Destination(); d.Name != "t" {
+		t.Errorf("Destination().Name = %q, want the listener name t", d.Name)
+	}
+}

@@ -61,6 +61,10 @@ type ListenerState struct {
 	Status Status
 	Loop   LoopState
 
+	// Destination is what the listener consumes in OpenTelemetry's
+	// messaging terms: system, destination name, consumer group.
+	Destination Destination
+
 	// QueueCount = Buffered + InFlight + BatchPending.
 	QueueCount   int
 	Buffered     int // claimed, waiting for a permit

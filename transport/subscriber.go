@@ -25,9 +25,20 @@ type SubscriberConfig struct {
 	// Initialize, when set, is what SubscribeInitialize does (create the
 	// queue or table ahead of the first Subscribe).
 	Initialize func(topic string) error
-	// Name, when set, names listeners as Name(topic) instead of the topic
-	// (e.g. to add the consumer group).
+	// Name, when set, names listeners as Name(topic). Defaults to the
+	// topic, or "topic/ConsumerGroup" with a consumer group.
 	Name func(topic string) string
+	// System is the transport's messaging.system (see Destination.System),
+	// reported by MessagingSystem and each listener's Destination.
+	// Defaults to "" (unknown).
+	System string
+	// ConsumerGroup is the consumer group every listener consumes as, for
+	// Destination.ConsumerGroup and the default Name. Defaults to "" (none).
+	ConsumerGroup string
+	// DestinationName, when set, maps a topic to the Destination.Name of
+	// its listener (e.g. the queue it is consumed from). Defaults to the
+	// topic.
+	DestinationName func(topic string) string
 }
 
 // Subscriber is a Watermill message.Subscriber over a SourceFactory: each
@@ -115,12 +126,9 @@ func (s *Subscriber) start(ctx context.Context, topic string) (*Listener, Source
 	if err != nil {
 		return nil, nil, err
 	}
-	name := topic
-	if s.cfg.Name != nil {
-		name = s.cfg.Name(topic)
-	}
 	l, err := NewListener(ListenerConfig{
-		Name:        name,
+		Name:        s.listenerName(topic),
+		Destination: s.destination(topic),
 		Source:      src,
 		Pipeline:    s.cfg.Pipeline,
 		NewReceiver: s.cfg.NewReceiver,
@@ -136,6 +144,31 @@ func (s *Subscriber) start(ctx context.Context, topic string) (*Listener, Source
 	}
 	return l, src, nil
 }
+
+// listenerName is the name of topic's listener.
+func (s *Subscriber) listenerName(topic string) string {
+	switch {
+	case s.cfg.Name != nil:
+		return s.cfg.Name(topic)
+	case s.cfg.ConsumerGroup != "":
+		return topic + "/" + s.cfg.ConsumerGroup
+	default:
+		return topic
+	}
+}
+
+// destination is what topic's listener consumes.
+func (s *Subscriber) destination(topic string) Destination {
+	d := Destination{System: s.cfg.System, Name: topic, ConsumerGroup: s.cfg.ConsumerGroup}
+	if s.cfg.DestinationName != nil {
+		d.Name = s.cfg.DestinationName(topic)
+	}
+	return d
+}
+
+// MessagingSystem returns the transport's messaging.system
+// (SubscriberConfig.System), for package telemetry.
+func (s *Subscriber) MessagingSystem() string { return s.cfg.System }
 
 // stop closes a listener (draining) and then its source.
 func (s *Subscriber) stop(l *Listener, src Source) {
