@@ -20,6 +20,12 @@ import (
 // Scheme is the URL scheme of this transport.
 const Scheme = "mem"
 
+// MessagingSystem is the messaging.system that package telemetry reports
+// for this transport's publishers and subscribers. The OpenTelemetry
+// conventions define no value for an in-process broker; this one is
+// Berth's ("berth." and the URL scheme).
+const MessagingSystem = "berth.mem"
+
 func init() { transport.Register(Scheme, driver{}) }
 
 // PublisherConfig configures a Publisher.
@@ -72,6 +78,9 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
+// MessagingSystem returns MessagingSystem, for package telemetry.
+func (p *Publisher) MessagingSystem() string { return MessagingSystem }
+
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	// Broker to consume from. Required.
@@ -119,16 +128,12 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*trans
 			return b.newSource(topic, group, vis), nil
 		},
 		transport.SubscriberConfig{
-			Pipeline:    cfg.Pipeline,
-			NewReceiver: receiver.New,
-			Logger:      logger,
-			Initialize:  func(topic string) error { b.Ensure(topic, group); return nil },
-			Name: func(topic string) string {
-				if group == "" {
-					return topic
-				}
-				return topic + "/" + group
-			},
+			Pipeline:      cfg.Pipeline,
+			NewReceiver:   receiver.New,
+			Logger:        logger,
+			Initialize:    func(topic string) error { b.Ensure(topic, group); return nil },
+			System:        MessagingSystem,
+			ConsumerGroup: group,
 		})
 }
 

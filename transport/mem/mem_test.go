@@ -80,3 +80,31 @@ func config(t *testing.T) transporttest.Config {
 		},
 	}
 }
+
+// Publishers and subscribers name berth.mem for package telemetry, and a
+// listener reports its topic and consumer group apart.
+func TestMessagingSystemAndDestination(t *testing.T) {
+	b := mem.NewBroker()
+	pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: b}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: b, ConsumerGroup: "billing"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if pub.MessagingSystem() != mem.MessagingSystem || sub.MessagingSystem() != mem.MessagingSystem {
+		t.Errorf("MessagingSystem: publisher %q, subscriber %q, want %q", pub.MessagingSystem(), sub.MessagingSystem(), mem.MessagingSystem)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := sub.Subscribe(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	want := transport.Destination{System: mem.MessagingSystem, Name: "orders", ConsumerGroup: "billing"}
+	states := sub.ListenerStates()
+	if len(states) != 1 || states[0].Destination != want || states[0].Name != "orders/billing" {
+		t.Errorf("ListenerStates = %+v, want orders/billing consuming %+v", states, want)
+	}
+}

@@ -36,6 +36,11 @@ var (
 // Name implements sqlqueue.Dialect.
 func (Dialect) Name() string { return "postgres" }
 
+// MessagingSystem is the messaging.system that package telemetry reports
+// for PostgreSQL queue tables (sqlqueue.MessagingSystem of this dialect): the
+// OpenTelemetry conventions define no value for them.
+const MessagingSystem = "berth.postgres"
+
 // QuoteIdent implements sqlqueue.Dialect.
 func (Dialect) QuoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
 

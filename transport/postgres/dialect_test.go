@@ -127,3 +127,9 @@ func TestQueueExistsNames(t *testing.T) {
 		t.Fatalf("args = %#v, want %#v", got.Args, want)
 	}
 }
+
+func TestMessagingSystem(t *testing.T) {
+	if got := sqlqueue.MessagingSystem(postgres.Dialect{}); got != postgres.MessagingSystem {
+		t.Errorf("sqlqueue.MessagingSystem(postgres.Dialect{}) = %q, want %q", got, postgres.MessagingSystem)
+	}
+}

@@ -40,6 +40,11 @@ func (d Dialect) now() int64 {
 // Name implements sqlqueue.Dialect.
 func (Dialect) Name() string { return "sqlite" }
 
+// MessagingSystem is the messaging.system that package telemetry reports
+// for SQLite queue tables (sqlqueue.MessagingSystem of this dialect): the
+// OpenTelemetry conventions define no value for them.
+const MessagingSystem = "berth.sqlite"
+
 // QuoteIdent implements sqlqueue.Dialect.
 func (Dialect) QuoteIdent(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`

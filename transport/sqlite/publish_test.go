@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -64,5 +65,41 @@ func TestPublishOneRoundTripAndSeesNewGroups(t *testing.T) {
 		m.Ack()
 	case <-time.After(10 * time.Second):
 		t.Fatal("the new consumer group did not receive the next Publish")
+	}
+}
+
+// Publishers and subscribers name their messaging system for package
+// telemetry, and each listener reports its topic and consumer group
+// apart.
+func TestMessagingSystemAndDestination(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "system.db")
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := sqlite.NewSubscriber(subConfig(path, "billing"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := pub.MessagingSystem(); got != sqlite.MessagingSystem {
+		t.Errorf("publisher MessagingSystem() = %q, want %q", got, sqlite.MessagingSystem)
+	}
+	if got := sub.MessagingSystem(); got != sqlite.MessagingSystem {
+		t.Errorf("subscriber MessagingSystem() = %q, want %q", got, sqlite.MessagingSystem)
+	}
+	if got := sqlqueue.MessagingSystem(sqlite.Dialect{}); got != sqlite.MessagingSystem {
+		t.Errorf("sqlqueue.MessagingSystem(sqlite.Dialect{}) = %q, want %q", got, sqlite.MessagingSystem)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := sub.Subscribe(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	want := transport.Destination{System: sqlite.MessagingSystem, Name: "orders", ConsumerGroup: "billing"}
+	states := sub.ListenerStates()
+	if len(states) != 1 || states[0].Destination != want || states[0].Name != "orders/billing" {
+		t.Errorf("ListenerStates = %+v, want orders/billing consuming %+v", states, want)
 	}
 }

@@ -69,7 +69,8 @@ const (
 // rows of the last statement are the result.
 type Dialect interface {
 	// Name is the dialect's short name ("postgres", "sqlite", "sqlserver"),
-	// used in logs and errors.
+	// used in logs and errors, and in the messaging.system of its queues
+	// (see MessagingSystem).
 	Name() string
 
 	// QuoteIdent quotes one identifier (a schema, table or index name).

@@ -89,3 +89,11 @@ func plain(s string) bool {
 	}
 	return s != ""
 }
+
+// MessagingSystem returns the messaging.system that package telemetry
+// reports for queue tables of dialect d: "berth." and the dialect's Name
+// ("berth.postgres", "berth.sqlserver", "berth.sqlite"). The OpenTelemetry
+// conventions define no value for a queue kept in database tables, and the
+// database's own name (db.system.name) would claim the database's protocol;
+// the prefix says the protocol is Berth's.
+func MessagingSystem(d Dialect) string { return "berth." + d.Name() }

@@ -69,6 +69,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // Stats returns the publisher's round-trip and row counts.
 func (p *Publisher) Stats() Stats { return p.e.ctrs.Snapshot() }
 
+// MessagingSystem returns the messaging.system of the publisher's dialect
+// (see MessagingSystem), for package telemetry.
+func (p *Publisher) MessagingSystem() string { return MessagingSystem(p.cfg.Dialect) }
+
 // Publish implements message.Publisher.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
@@ -275,6 +279,9 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 // Close makes the transaction-bound publisher unusable; it does not touch
 // the transaction.
 func (t *txPublisher) Close() error { return nil }
+
+// MessagingSystem returns the publisher's messaging.system.
+func (t *txPublisher) MessagingSystem() string { return t.p.MessagingSystem() }
 
 // Close implements message.Publisher: it waits for Publish calls in
 // progress, then closes Closer (if set). Idempotent.

@@ -32,16 +32,12 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	cfg = cfg.withDefaults()
 	s := &Subscriber{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg}
 	ts, err := transport.NewSubscriber(s.open, transport.SubscriberConfig{
-		Pipeline:    cfg.Pipeline,
-		NewReceiver: receiver.New,
-		Logger:      cfg.Logger,
-		Initialize:  s.initialize,
-		Name: func(topic string) string {
-			if cfg.ConsumerGroup == "" {
-				return topic
-			}
-			return topic + "/" + cfg.ConsumerGroup
-		},
+		Pipeline:      cfg.Pipeline,
+		NewReceiver:   receiver.New,
+		Logger:        cfg.Logger,
+		Initialize:    s.initialize,
+		System:        MessagingSystem(cfg.Dialect),
+		ConsumerGroup: cfg.ConsumerGroup,
 	})
 	if err != nil {
 		return nil, err

@@ -92,6 +92,11 @@ func st(sql string, args ...any) sqlqueue.Stmt { return sqlqueue.Stmt{SQL: sql, 
 // Name implements sqlqueue.Dialect.
 func (Dialect) Name() string { return "sqlserver" }
 
+// MessagingSystem is the messaging.system that package telemetry reports
+// for SQL Server queue tables (sqlqueue.MessagingSystem of this dialect): the
+// OpenTelemetry conventions define no value for them.
+const MessagingSystem = "berth.sqlserver"
+
 // QuoteIdent implements sqlqueue.Dialect: a delimited identifier, as
 // QUOTENAME writes it ("]" doubled).
 func (Dialect) QuoteIdent(name string) string {

@@ -444,3 +444,9 @@ func TestIsMissingTable(t *testing.T) {
 		t.Error("other errors classified as a missing table")
 	}
 }
+
+func TestMessagingSystem(t *testing.T) {
+	if got := sqlqueue.MessagingSystem(Dialect{}); got != MessagingSystem {
+		t.Errorf("sqlqueue.MessagingSystem(Dialect{}) = %q, want %q", got, MessagingSystem)
+	}
+}

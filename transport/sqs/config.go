@@ -55,6 +55,16 @@ const (
 // MaxVisibilityTimeout is SQS's largest visibility timeout (12 hours).
 const MaxVisibilityTimeout = 12 * time.Hour
 
+// Values of messaging.system that package telemetry reports for this
+// transport: the OpenTelemetry conventions' own.
+const (
+	// MessagingSystem is reported by subscribers and by publishers that
+	// send to queues.
+	MessagingSystem = "aws_sqs"
+	// MessagingSystemSNS is reported by publishers with PublisherConfig.SNS.
+	MessagingSystemSNS = "aws.sns"
+)
+
 // ClientConfig says how to reach SQS and SNS. The zero value loads the AWS
 // default configuration (environment, shared config and credentials files,
 // SSO, web identity, container and instance roles).

@@ -66,6 +66,16 @@ func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.
 	}
 }
 
+// MessagingSystem returns the messaging.system of the publisher's
+// destination, for package telemetry: MessagingSystemSNS with
+// PublisherConfig.SNS, else MessagingSystem.
+func (p *Publisher) MessagingSystem() string {
+	if p.cfg.SNS {
+		return MessagingSystemSNS
+	}
+	return MessagingSystem
+}
+
 // outgoing is one message ready to send.
 type outgoing struct {
 	msg   *message.Message

@@ -57,7 +57,10 @@ func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermil
 			_, _, err := o.prepare(context.Background(), topic)
 			return err
 		},
-		Name: o.queueName,
+		Name:            o.queueName,
+		System:          MessagingSystem,
+		DestinationName: o.queueName,
+		ConsumerGroup:   cfg.ConsumerGroup,
 	})
 }
 

@@ -250,3 +250,22 @@ func TestDeleteBatchRetriesPartialFailures(t *testing.T) {
 		t.Errorf("do after close = %v, want ErrClosed", err)
 	}
 }
+
+// Publishers name aws_sqs, or aws.sns when they publish to SNS topics;
+// subscribers aws_sqs. Nothing is resolved to answer.
+func TestMessagingSystem(t *testing.T) {
+	if got := newPublisher(nil, nil, PublisherConfig{}, nil).MessagingSystem(); got != MessagingSystem {
+		t.Errorf("queue publisher: %q, want %q", got, MessagingSystem)
+	}
+	if got := newPublisher(nil, nil, PublisherConfig{SNS: true}, nil).MessagingSystem(); got != MessagingSystemSNS {
+		t.Errorf("SNS publisher: %q, want %q", got, MessagingSystemSNS)
+	}
+	sub, err := newSubscriber(nil, nil, SubscriberConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := sub.MessagingSystem(); got != MessagingSystem {
+		t.Errorf("subscriber: %q, want %q", got, MessagingSystem)
+	}
+}
