@@ -24,13 +24,13 @@ import (
 func StartBatchSpan(ctx context.Context, msgs []*message.Message) (context.Context, trace.Span) {
 	var c Config
 	c = c.withDefaults()
-	return startBatchSpan(ctx, c.tracer(), c.Propagator, keySystem.String(c.System), msgs)
+	return startBatchSpan(ctx, c.tracer(), c.propagator(), keySystem.String(c.System), msgs)
 }
 
 // StartBatchSpan is the package-level StartBatchSpan with the Observer's
 // tracer provider, propagator and system.
 func (o *Observer) StartBatchSpan(ctx context.Context, msgs []*message.Message) (context.Context, trace.Span) {
-	return startBatchSpan(ctx, o.tracer, o.prop, o.system, msgs)
+	return startBatchSpan(ctx, o.tracer, o.cfg.propagator(), o.system, msgs)
 }
 
 func startBatchSpan(ctx context.Context, tracer trace.Tracer, prop propagation.TextMapPropagator, system attribute.KeyValue, msgs []*message.Message) (context.Context, trace.Span) {

@@ -37,9 +37,11 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 
 	// Propagator injects the trace context into message metadata and
-	// extracts it. Defaults to the global propagator as set when the
-	// Observer or Publisher is built, or to propagation.TraceContext (the
-	// traceparent and tracestate keys) when none is set.
+	// extracts it. Defaults to the global propagator
+	// (otel.GetTextMapPropagator) read at each use, so one the application
+	// installs after building the Observer or Publisher is used; while the
+	// global one propagates nothing (none installed), to
+	// propagation.TraceContext (the traceparent and tracestate keys).
 	Propagator propagation.TextMapPropagator
 
 	// System is the messaging.system attribute of spans and metrics.
@@ -65,12 +67,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
-	}
-	if c.Propagator == nil {
-		c.Propagator = otel.GetTextMapPropagator()
-		if len(c.Propagator.Fields()) == 0 {
-			c.Propagator = propagation.TraceContext{}
-		}
 	}
 	if c.System == "" {
 		c.System = DefaultSystem

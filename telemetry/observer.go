@@ -26,7 +26,6 @@ import (
 type Observer struct {
 	cfg    Config
 	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
 	system attribute.KeyValue
 
 	consumed     metric.Int64Counter
@@ -52,7 +51,6 @@ func NewObserver(cfg Config) (*Observer, error) {
 	o := &Observer{
 		cfg:    cfg,
 		tracer: cfg.tracer(),
-		prop:   cfg.Propagator,
 		system: keySystem.String(cfg.System),
 	}
 	m := cfg.meter()
@@ -200,6 +198,7 @@ func (o *Observer) Delivering(ctx context.Context, listener string, msg *message
 	start := time.Now()
 	la := o.attrs(listener)
 	carrier := propagation.MapCarrier(msg.Metadata)
+	prop := o.cfg.propagator()
 	publishedAt, hasPublishedAt := transport.PublishedAt(msg)
 
 	// Options that do not depend on the message are built once per
@@ -207,12 +206,12 @@ func (o *Observer) Delivering(ctx context.Context, listener string, msg *message
 	opts := la.startOpts
 	if o.cfg.Link {
 		opts = la.startOptsRoot
-		producer := trace.SpanContextFromContext(o.prop.Extract(context.Background(), carrier))
+		producer := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier))
 		if producer.IsValid() {
 			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: producer}))
 		}
 	} else {
-		ctx = o.prop.Extract(ctx, carrier)
+		ctx = prop.Extract(ctx, carrier)
 		if !trace.SpanContextFromContext(ctx).IsRemote() {
 			// No producer context: a root span, not a child of whatever
 			// span the Subscribe context carried.

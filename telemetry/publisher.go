@@ -23,7 +23,6 @@ type publisher struct {
 	next   message.Publisher
 	cfg    Config
 	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
 	system attribute.KeyValue
 	sent   metric.Int64Counter
 	dur    metric.Float64Histogram
@@ -53,7 +52,6 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		next:   pub,
 		cfg:    cfg,
 		tracer: cfg.tracer(),
-		prop:   cfg.Propagator,
 		system: keySystem.String(cfg.System),
 	}
 	var errs []error
@@ -136,6 +134,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	var (
 		ctx  context.Context
 		span trace.Span
+		prop = p.cfg.propagator()
 	)
 	if len(msgs) == 1 {
 		m := msgs[0]
@@ -143,12 +142,12 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 		if span.IsRecording() {
 			span.SetAttributes(p.messageAttrs(m)...)
 		}
-		p.prop.Inject(ctx, propagation.MapCarrier(m.Metadata))
+		prop.Inject(ctx, propagation.MapCarrier(m.Metadata))
 	} else {
 		var links []trace.Link
 		for _, m := range msgs {
 			cctx, cspan := p.tracer.Start(m.Context(), ta.createName, ta.createOpts...)
-			p.prop.Inject(cctx, propagation.MapCarrier(m.Metadata))
+			prop.Inject(cctx, propagation.MapCarrier(m.Metadata))
 			if cspan.IsRecording() {
 				cspan.SetAttributes(p.messageAttrs(m)...)
 				links = append(links, trace.Link{SpanContext: cspan.SpanContext()})

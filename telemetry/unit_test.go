@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -144,5 +147,59 @@ func TestRegisterNil(t *testing.T) {
 	}
 	if _, err := telemetry.RegisterRoundTripper(nil, "x", nil); !errors.Is(err, transport.ErrInvalidConfig) {
 		t.Errorf("RegisterRoundTripper(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// With no Config.Propagator, the global propagator is read when used: one
+// installed after the Observer and the Publisher were built carries
+// baggage from producer to consumer; before it, W3C Trace Context only.
+func TestGlobalPropagatorReadWhenUsed(t *testing.T) {
+	r := newRig(t)
+	var got *message.Message
+	pub := telemetry.Publisher(publishFunc(func(_ string, msgs ...*message.Message) error {
+		got = msgs[0]
+		return nil
+	}), r.config())
+	obs, err := telemetry.NewObserver(r.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := baggage.NewMember("tenant", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag, err := baggage.New(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func() *message.Message {
+		t.Helper()
+		m := message.NewMessage(watermill.NewUUID(), nil)
+		m.SetContext(baggage.ContextWithBaggage(context.Background(), bag))
+		if err := pub.Publish("orders", m); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	if m := publish(); m.Metadata.Get("traceparent") == "" || m.Metadata.Get("baggage") != "" {
+		t.Fatalf("before a global propagator: metadata %v, want traceparent and no baggage", m.Metadata)
+	}
+
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	// An empty composite propagates nothing, as if none were installed.
+	t.Cleanup(func() { otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator()) })
+
+	m := publish()
+	if m.Metadata.Get("traceparent") == "" || m.Metadata.Get("baggage") != "tenant=acme" {
+		t.Fatalf("after otel.SetTextMapPropagator: metadata %v, want traceparent and baggage=tenant=acme", m.Metadata)
+	}
+	ctx, finish := obs.Delivering(context.Background(), "orders", m)
+	finish(transport.OutcomeAcked)
+	if v := baggage.FromContext(ctx).Member("tenant").Value(); v != "acme" {
+		t.Errorf("the consumer context's baggage tenant = %q, want acme", v)
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		t.Error("no consumer span")
 	}
 }
