@@ -46,8 +46,9 @@
 // messages, receive waves and probes (empty receives included), faults and
 // rebuilds, and records wave sizes, handler durations and end-to-end
 // latency (publish time to ack, from transport.MetadataPublishedAt, which
-// Publisher sets). RegisterSubscriber adds per-listener gauges read from
-// ListenerStates (queue count, batch pending, latched, faulted, status);
+// Publisher sets). RegisterSubscriber adds per-listener observable up-down
+// counters read from ListenerStates (queue count, buffered, in flight,
+// batch pending, latched, faulted, status: they add up across listeners);
 // RegisterRoundTripper reports broker round trips by operation. Attributes
 // are bounded: system, destination (listener or topic), operation, outcome,
 // result, fault stage. Message ids appear on spans, never on metrics.

@@ -69,8 +69,8 @@ func Example() {
 	// consumer's parent is the producer: true
 }
 
-// Per-listener gauges: register a subscriber once; every collection reads
-// its listeners' states.
+// Per-listener up-down counters: register a subscriber once; every
+// collection reads its listeners' states.
 func ExampleRegisterSubscriber() {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
@@ -97,7 +97,7 @@ func ExampleRegisterSubscriber() {
 	}
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		if m.Name == telemetry.MetricQueueCount || m.Name == telemetry.MetricLatched {
-			p := m.Data.(metricdata.Gauge[int64]).DataPoints[0]
+			p := m.Data.(metricdata.Sum[int64]).DataPoints[0]
 			dest, _ := p.Attributes.Value("messaging.destination.name")
 			fmt.Printf("%s{destination=%s} = %d\n", m.Name, dest.AsString(), p.Value)
 		}

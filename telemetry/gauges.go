@@ -20,9 +20,13 @@ type ListenerStater interface {
 	ListenerStates() []transport.ListenerState
 }
 
-// RegisterSubscriber registers observable gauges that report each running
-// listener of sub at every collection: queue count, buffered, in flight,
-// batch pending, latched, faulted and status (see docs/observability.md).
+// RegisterSubscriber registers observable up-down counters that report
+// each running listener of sub at every collection: queue count, buffered,
+// in flight, batch pending, latched, faulted and status (see
+// docs/observability.md). They are up-down counters, not gauges, because
+// they add up: summed over listeners or instances they count messages (or
+// listeners) in that state.
+//
 // Each observation carries berth.subscriber = name and
 // messaging.destination.name = the listener's name. A nil meter means the
 // global meter provider's meter for ScopeName. Unregister the returned
@@ -33,20 +37,20 @@ func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (me
 	}
 	meter = meterOrGlobal(meter)
 	var errs []error
-	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
-		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	upDown := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		g, err := meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
 		return g
 	}
-	queue := gauge(MetricQueueCount, "{message}", "Messages the listener holds: buffered + in flight + batch pending.")
-	buffered := gauge(MetricBuffered, "{message}", "Claimed messages waiting for a concurrency permit.")
-	inFlight := gauge(MetricInFlight, "{message}", "Messages delivered to the handler and not yet settled.")
-	pending := gauge(MetricBatchPending, "{message}", "Messages held by batching stages and not yet settled.")
-	latched := gauge(MetricLatched, "{listener}", "1 when back-pressure holds the listener's receive loop, else 0.")
-	faulted := gauge(MetricFaulted, "{listener}", "1 while the listener's receiver is faulted, else 0.")
-	status := gauge(MetricStatus, "{listener}", "1 for the listener's current status (berth.listener.status).")
+	queue := upDown(MetricQueueCount, "{message}", "Messages the listener holds: buffered + in flight + batch pending.")
+	buffered := upDown(MetricBuffered, "{message}", "Claimed messages waiting for a concurrency permit.")
+	inFlight := upDown(MetricInFlight, "{message}", "Messages delivered to the handler and not yet settled.")
+	pending := upDown(MetricBatchPending, "{message}", "Messages held by batching stages and not yet settled.")
+	latched := upDown(MetricLatched, "{listener}", "Listeners whose receive loop back-pressure holds: 1 or 0 per listener.")
+	faulted := upDown(MetricFaulted, "{listener}", "Listeners whose receiver is faulted: 1 or 0 per listener.")
+	status := upDown(MetricStatus, "{listener}", "Listeners in each status (berth.listener.status): 1 per listener, for its current status.")
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("telemetry: creating gauges: %w", err)
+		return nil, fmt.Errorf("telemetry: creating listener instruments: %w", err)
 	}
 	subAttr := AttrSubscriber.String(name)
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -64,7 +68,7 @@ func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (me
 		return nil
 	}, queue, buffered, inFlight, pending, latched, faulted, status)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: registering gauges: %w", err)
+		return nil, fmt.Errorf("telemetry: registering listener instruments: %w", err)
 	}
 	return reg, nil
 }

@@ -24,7 +24,7 @@ const (
 	MetricFaults           = "berth.listener.faults"              // {fault}: by berth.fault.stage
 	MetricRebuilds         = "berth.listener.rebuilds"            // {rebuild}
 
-	// Per-listener gauges (RegisterSubscriber).
+	// Per-listener up-down counters (RegisterSubscriber).
 	MetricQueueCount   = "berth.listener.queue_count"   // {message}
 	MetricBuffered     = "berth.listener.buffered"      // {message}
 	MetricInFlight     = "berth.listener.in_flight"     // {message}

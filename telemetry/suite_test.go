@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -352,7 +353,7 @@ func testBatch(t *testing.T, b backend) {
 	}
 }
 
-// testMetrics drives every consumer metric: back-pressure (latched gauge,
+// testMetrics drives every consumer metric: back-pressure (latched,
 // queue count, batch pending), acks, a nack, a dead letter, a fault and
 // its rebuild, and round trips.
 func testMetrics(t *testing.T, b backend) {
@@ -391,7 +392,7 @@ func testMetrics(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	held = append(held, receive(t, ch), receive(t, ch))
-	eventually(t, "latched gauge = 1", func() bool {
+	eventually(t, "latched = 1", func() bool {
 		v, _, ok := value(s.r.collect(t), telemetry.MetricLatched, sub)
 		return ok && v == 1
 	})
@@ -407,7 +408,7 @@ func testMetrics(t *testing.T, b backend) {
 	}
 	// Batch pending: one held message enters a batch stage.
 	settle := transport.EnterBatch(held[0])
-	eventually(t, "batch_pending gauge = 1", func() bool {
+	eventually(t, "batch_pending = 1", func() bool {
 		v, _, ok := value(s.r.collect(t), telemetry.MetricBatchPending, sub)
 		return ok && v == 1
 	})
@@ -428,7 +429,7 @@ func testMetrics(t *testing.T, b backend) {
 	for acked < 6 {
 		ackAll(receive(t, ch))
 	}
-	eventually(t, "latched gauge = 0", func() bool {
+	eventually(t, "latched = 0", func() bool {
 		v, _, ok := value(s.r.collect(t), telemetry.MetricLatched, sub)
 		return ok && v == 0
 	})
@@ -534,6 +535,15 @@ func testMetrics(t *testing.T, b backend) {
 	check(telemetry.MetricFaulted, "{listener}", 0, sub)
 	check(telemetry.MetricStatus, "{listener}", 1, sub)
 	check(telemetry.MetricRoundTrips, "{request}", 1, telemetry.AttrClient.String("transport"))
+	// Per-listener values add up across listeners: up-down counters.
+	for _, name := range []string{telemetry.MetricQueueCount, telemetry.MetricBuffered, telemetry.MetricInFlight,
+		telemetry.MetricBatchPending, telemetry.MetricLatched, telemetry.MetricFaulted, telemetry.MetricStatus} {
+		if m, ok := find(rm, name); ok {
+			if sum, isSum := m.Data.(metricdata.Sum[int64]); !isSum || sum.IsMonotonic {
+				t.Errorf("%s is %T (monotonic %v), want a non-monotonic sum (an up-down counter)", name, m.Data, sum.IsMonotonic)
+			}
+		}
+	}
 	check(telemetry.MetricSentMessages, "{message}", 8, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationName("send"))
 	check(telemetry.MetricOperationDuration, "s", 3, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationTypeSend)
 	for _, m := range []string{telemetry.MetricConsumedMessages, telemetry.MetricSettledMessages, telemetry.MetricDeadLettered,
