@@ -643,11 +643,14 @@ func (l *Listener) claimWave(ctx context.Context, r Receiver, n, free int) (laun
 	return launched, hits, claimed, nil
 }
 
-// claim makes one Claim call on the source and reports it to the observer.
+// claim makes one Claim call on the source and reports it to the observer,
+// unless the listener's own stop cut it short.
 func (l *Listener) claim(ctx context.Context, max int) ([]*Delivery, error) {
 	start := time.Now()
 	ds, err := l.cfg.Source.Claim(ctx, max)
-	l.observe(func(o Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
+	if err == nil || !l.stopping() {
+		l.observe(func(o Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
+	}
 	return ds, err
 }
 
