@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
@@ -18,24 +19,32 @@ import (
 // to every member's context: the span in the member's Context() (the
 // Observer's consumer span), or else the trace context in its metadata.
 // Members that carry neither are counted but not linked. When every member
-// came from the same listener the span is named "process <listener>" and
-// has messaging.destination.name; otherwise it is named "process". The
-// caller ends the span.
+// came from the same destination (and consumer group) the span is named
+// "process <destination>" and has its messaging.destination.name and
+// messaging.consumer.group.name; otherwise it is named "process".
+// messaging.system is the members' when they agree, else DefaultSystem.
+// The caller ends the span.
 func StartBatchSpan(ctx context.Context, msgs []*message.Message) (context.Context, trace.Span) {
 	var c Config
 	c = c.withDefaults()
-	return startBatchSpan(ctx, c.tracer(), c.propagator(), keySystem.String(c.System), msgs)
+	return startBatchSpan(ctx, c, c.tracer(), msgs)
 }
 
 // StartBatchSpan is the package-level StartBatchSpan with the Observer's
-// tracer provider, propagator and system.
+// tracer provider, propagator and system override.
 func (o *Observer) StartBatchSpan(ctx context.Context, msgs []*message.Message) (context.Context, trace.Span) {
-	return startBatchSpan(ctx, o.tracer, o.cfg.propagator(), o.system, msgs)
+	return startBatchSpan(ctx, o.cfg, o.tracer, msgs)
 }
 
-func startBatchSpan(ctx context.Context, tracer trace.Tracer, prop propagation.TextMapPropagator, system attribute.KeyValue, msgs []*message.Message) (context.Context, trace.Span) {
+func startBatchSpan(ctx context.Context, cfg Config, tracer trace.Tracer, msgs []*message.Message) (context.Context, trace.Span) {
+	prop := cfg.propagator()
 	links := make([]trace.Link, 0, len(msgs))
-	dest, same, first := "", true, true
+	var (
+		first      *listenerAttrs
+		seen       bool
+		sameDest   = true
+		sameSystem = true
+	)
 	for _, m := range msgs {
 		if m == nil {
 			continue
@@ -48,24 +57,39 @@ func startBatchSpan(ctx context.Context, tracer trace.Tracer, prop propagation.T
 		if sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{keyMessageID.String(m.UUID)}})
 		}
-		d, _ := mctx.Value(destinationKey{}).(string)
-		if first {
-			dest, first = d, false
-		} else if d != dest {
-			same = false
+		la, _ := mctx.Value(listenerKey{}).(*listenerAttrs)
+		if !seen {
+			first, seen = la, true
+			continue
 		}
+		sameDest = sameDest && sameBase(first, la)
+		sameSystem = sameSystem && first != nil && la != nil && first.system == la.system
 	}
-	name := "process"
-	attrs := []attribute.KeyValue{system, semconv.MessagingOperationTypeProcess,
-		keyOperationName.String("process"), keyBatchCount.Int(len(msgs))}
-	if same && dest != "" {
-		name += " " + dest
-		attrs = append(attrs, keyDestination.String(dest))
+	name := opProcess
+	attrs := []attribute.KeyValue{semconv.MessagingOperationTypeProcess,
+		keyOperationName.String(opProcess), keyBatchCount.Int(len(msgs))}
+	switch {
+	case first != nil && sameDest:
+		name = first.processName
+		attrs = append(attrs, first.base...)
+	case first != nil && sameSystem:
+		attrs = append(attrs, first.system)
+	default:
+		attrs = append(attrs, keySystem.String(cfg.system("")))
 	}
 	return tracer.Start(ctx, name,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...),
 		trace.WithLinks(links...))
+}
+
+// sameBase reports whether a and b name the same system, destination and
+// consumer group.
+func sameBase(a, b *listenerAttrs) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.base, b.base)
 }
 
 // handleError reports an instrumentation error to the global OpenTelemetry

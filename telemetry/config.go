@@ -9,9 +9,12 @@ import (
 
 // Defaults of Config, for fields left zero.
 const (
-	// DefaultSystem is the messaging.system attribute when Config.System is
-	// empty. Set Config.System to "aws_sqs" for the SQS transport, the
-	// well-known value of the semantic conventions.
+	// DefaultSystem is the messaging.system attribute when neither
+	// Config.System nor the transport names one: a publisher that does not
+	// implement SystemNamer (one from outside Berth, or a Berth publisher
+	// wrapped by another decorator first), or Observer methods called
+	// outside a listener. Berth's transports name their own (aws_sqs,
+	// aws.sns, berth.postgres, berth.sqlserver, berth.sqlite, berth.mem).
 	DefaultSystem = "berth"
 
 	// DefaultCorrelationIDKey is the metadata key read for
@@ -44,8 +47,10 @@ type Config struct {
 	// propagation.TraceContext (the traceparent and tracestate keys).
 	Propagator propagation.TextMapPropagator
 
-	// System is the messaging.system attribute of spans and metrics.
-	// Defaults to DefaultSystem ("berth"); use "aws_sqs" for SQS.
+	// System overrides the messaging.system attribute of spans and
+	// metrics. Defaults to the transport's own: the Destination.System a
+	// listener binds the Observer with, and the MessagingSystem of the
+	// publisher given to Publisher (see SystemNamer); else DefaultSystem.
 	System string
 
 	// Link makes each consumer span the root of a new trace with a link to
@@ -68,9 +73,6 @@ func (c Config) withDefaults() Config {
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
-	if c.System == "" {
-		c.System = DefaultSystem
-	}
 	switch c.CorrelationIDKey {
 	case "":
 		c.CorrelationIDKey = DefaultCorrelationIDKey
@@ -78,6 +80,35 @@ func (c Config) withDefaults() Config {
 		c.CorrelationIDKey = ""
 	}
 	return c
+}
+
+// A SystemNamer names its messaging system: the messaging.system value of
+// the spans and metrics about it. Every Berth publisher and subscriber
+// implements it; Publisher and RegisterSubscriber read it.
+type SystemNamer interface {
+	MessagingSystem() string
+}
+
+// system returns the messaging.system to report for a transport that
+// names itself transport ("" when it does not): Config.System, transport,
+// or DefaultSystem.
+func (c Config) system(transport string) string {
+	switch {
+	case c.System != "":
+		return c.System
+	case transport != "":
+		return transport
+	default:
+		return DefaultSystem
+	}
+}
+
+// systemOf returns what x names as its messaging system, or "".
+func systemOf(x any) string {
+	if n, ok := x.(SystemNamer); ok {
+		return n.MessagingSystem()
+	}
+	return ""
 }
 
 func (c Config) tracer() trace.Tracer {

@@ -3,12 +3,16 @@ package telemetry_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/berth-go/berth/telemetry"
 	"github.com/berth-go/berth/transport"
@@ -17,7 +21,8 @@ import (
 
 // One trace from publisher to consumer: the publisher decorator injects the
 // trace context into the metadata, the Observer set in the pipeline config
-// continues it in a consumer span.
+// continues it in a consumer span. Spans carry the transport's
+// messaging.system.
 func Example() {
 	ctx := context.Background()
 	spans := tracetest.NewInMemoryExporter()
@@ -55,16 +60,23 @@ func Example() {
 	msg.Ack()
 	_ = sub.Close() // waits for the settlement, which ends the span
 
-	stubs := spans.GetSpans()
-	for _, s := range stubs {
-		fmt.Println(s.Name, s.SpanKind)
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range spans.GetSpans() {
+		byName[s.Name] = s
 	}
-	fmt.Println("one trace:", stubs[0].SpanContext.TraceID() == stubs[1].SpanContext.TraceID())
-	fmt.Println("consumer's parent is the producer:", stubs[1].Parent.SpanID() == stubs[0].SpanContext.SpanID())
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		s := byName[name]
+		attrs := attribute.NewSet(s.Attributes...)
+		system, _ := attrs.Value(semconv.MessagingSystemKey)
+		fmt.Println(name, s.SpanKind, system.AsString())
+	}
+	send, process := byName["send orders"], byName["process orders"]
+	fmt.Println("one trace:", send.SpanContext.TraceID() == process.SpanContext.TraceID())
+	fmt.Println("consumer's parent is the producer:", process.Parent.SpanID() == send.SpanContext.SpanID())
 	// Output:
 	// traceparent propagated: true
-	// send orders producer
-	// process orders consumer
+	// process orders consumer berth.mem
+	// send orders producer berth.mem
 	// one trace: true
 	// consumer's parent is the producer: true
 }

@@ -27,8 +27,10 @@ type ListenerStater interface {
 // they add up: summed over listeners or instances they count messages (or
 // listeners) in that state.
 //
-// Each observation carries berth.subscriber = name and
-// messaging.destination.name = the listener's name. A nil meter means the
+// Each observation carries berth.subscriber = name and the listener's
+// Destination: messaging.system (else what sub names as SystemNamer, else
+// DefaultSystem), messaging.destination.name (else the listener's name)
+// and messaging.consumer.group.name when it has one. A nil meter means the
 // global meter provider's meter for ScopeName. Unregister the returned
 // registration when the subscriber is closed.
 func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (metric.Registration, error) {
@@ -53,17 +55,18 @@ func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (me
 		return nil, fmt.Errorf("telemetry: creating listener instruments: %w", err)
 	}
 	subAttr := AttrSubscriber.String(name)
+	system := Config{}.system(systemOf(sub))
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range sub.ListenerStates() {
-			attrs := attribute.NewSet(subAttr, keyDestination.String(s.Name))
-			opt := metric.WithAttributeSet(attrs)
+			kvs := listenerKVs(subAttr, system, s)
+			opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
 			o.ObserveInt64(queue, int64(s.QueueCount), opt)
 			o.ObserveInt64(buffered, int64(s.Buffered), opt)
 			o.ObserveInt64(inFlight, int64(s.InFlight), opt)
 			o.ObserveInt64(pending, int64(s.BatchPending), opt)
 			o.ObserveInt64(latched, boolInt(s.Latched), opt)
 			o.ObserveInt64(faulted, boolInt(s.Faulted), opt)
-			o.ObserveInt64(status, 1, metric.WithAttributes(subAttr, keyDestination.String(s.Name), AttrStatus.String(s.Status.String())))
+			o.ObserveInt64(status, 1, metric.WithAttributes(append(kvs, AttrStatus.String(s.Status.String()))...))
 		}
 		return nil
 	}, queue, buffered, inFlight, pending, latched, faulted, status)
@@ -71,6 +74,24 @@ func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (me
 		return nil, fmt.Errorf("telemetry: registering listener instruments: %w", err)
 	}
 	return reg, nil
+}
+
+// listenerKVs returns the attributes of listener s of subscriber sub,
+// whose system is system unless s names its own.
+func listenerKVs(sub attribute.KeyValue, system string, s transport.ListenerState) []attribute.KeyValue {
+	d := s.Destination
+	if d.System == "" {
+		d.System = system
+	}
+	if d.Name == "" {
+		d.Name = s.Name
+	}
+	kvs := make([]attribute.KeyValue, 0, 5)
+	kvs = append(kvs, sub, keySystem.String(d.System), keyDestination.String(d.Name))
+	if d.ConsumerGroup != "" {
+		kvs = append(kvs, keyConsumerGroup.String(d.ConsumerGroup))
+	}
+	return kvs
 }
 
 func boolInt(b bool) int64 {

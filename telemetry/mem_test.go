@@ -12,8 +12,10 @@ import (
 )
 
 // countingPublisher counts Publish calls: the mem transport's "round trips".
+// It embeds the concrete publisher, so its MessagingSystem is promoted and
+// telemetry.Publisher still learns the transport's system.
 type countingPublisher struct {
-	message.Publisher
+	*mem.Publisher
 	mu sync.Mutex
 	n  int64
 }
@@ -32,14 +34,15 @@ func (p *countingPublisher) RoundTrips() map[string]int64 {
 }
 
 var memBackend = backend{
-	system: "berth_mem",
+	system: mem.MessagingSystem,
+	group:  "billing",
 	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		b := mem.NewBroker()
 		pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: b}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: b, Pipeline: pcfg}, nil)
+		sub, err := mem.NewSubscriber(mem.SubscriberConfig{Broker: b, Pipeline: pcfg, ConsumerGroup: "billing"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

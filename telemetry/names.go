@@ -36,9 +36,23 @@ const (
 	// Round trips (RegisterRoundTripper).
 	MetricRoundTrips = "berth.client.round_trips" // {request}: by berth.operation
 
-	// Producer side (Publisher).
+	// Producer side (Publisher); the operation duration also on the
+	// consumer side (Observer), for receive and settle calls.
 	MetricSentMessages      = "messaging.client.sent.messages"      // {message}
-	MetricOperationDuration = "messaging.client.operation.duration" // s: one Publish call
+	MetricOperationDuration = "messaging.client.operation.duration" // s: one Publish, receive or settlement call
+)
+
+// operationDurationDesc is the semantic conventions' description of
+// MetricOperationDuration.
+const operationDurationDesc = "Duration of messaging operation initiated by a producer or consumer client."
+
+// Values of messaging.operation.name (the settlement operations are
+// transport.SettleOp's: ack, nack, dead_letter, release).
+const (
+	opCreate  = "create"
+	opSend    = "send"
+	opReceive = "receive"
+	opProcess = "process"
 )
 
 // Attribute keys of Berth's own (the messaging.* ones come from semconv).
@@ -74,6 +88,7 @@ const (
 var (
 	keySystem         = semconv.MessagingSystemKey
 	keyDestination    = semconv.MessagingDestinationNameKey
+	keyConsumerGroup  = semconv.MessagingConsumerGroupNameKey
 	keyOperationName  = semconv.MessagingOperationNameKey
 	keyMessageID      = semconv.MessagingMessageIDKey
 	keyConversationID = semconv.MessagingMessageConversationIDKey

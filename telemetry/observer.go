@@ -23,10 +23,15 @@ import (
 // events as OpenTelemetry metrics and a consumer span per message. Set it as
 // PipelineConfig.Observer of any transport's subscriber config. It is safe
 // for concurrent use and may be shared by many subscribers.
+//
+// It implements transport.ListenerObserver: each listener binds it with
+// the transport's Destination, so messaging.system, destination name and
+// consumer group come from the transport. Its methods called directly
+// (with a listener name, outside a listener) name the destination after
+// the listener.
 type Observer struct {
 	cfg    Config
 	tracer trace.Tracer
-	system attribute.KeyValue
 
 	consumed     metric.Int64Counter
 	settled      metric.Int64Counter
@@ -39,20 +44,19 @@ type Observer struct {
 	faults       metric.Int64Counter
 	rebuilds     metric.Int64Counter
 
-	listeners sync.Map // listener name → *listenerAttrs
+	listeners sync.Map // listener name → *listenerAttrs, for unbound calls
 }
 
-var _ transport.Observer = (*Observer)(nil)
+var (
+	_ transport.Observer         = (*Observer)(nil)
+	_ transport.ListenerObserver = (*Observer)(nil)
+)
 
 // NewObserver returns an Observer with its instruments created from
 // cfg.MeterProvider.
 func NewObserver(cfg Config) (*Observer, error) {
 	cfg = cfg.withDefaults()
-	o := &Observer{
-		cfg:    cfg,
-		tracer: cfg.tracer(),
-		system: keySystem.String(cfg.System),
-	}
+	o := &Observer{cfg: cfg, tracer: cfg.tracer()}
 	m := cfg.meter()
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
@@ -86,16 +90,26 @@ func NewObserver(cfg Config) (*Observer, error) {
 	return o, nil
 }
 
+// ForListener implements transport.ListenerObserver: it returns the
+// Observer bound to one listener, whose spans and metrics carry the
+// destination's messaging.system (unless Config.System overrides it),
+// messaging.destination.name and messaging.consumer.group.name.
+func (o *Observer) ForListener(name string, d transport.Destination) transport.Observer {
+	return &boundObserver{o: o, la: o.newAttrs(name, d)}
+}
+
 // outcomes are the transport.Outcome values, by index.
 var outcomes = [...]transport.Outcome{
 	transport.OutcomeAcked, transport.OutcomeNacked,
 	transport.OutcomeDeadLettered, transport.OutcomeAbandoned,
 }
 
-// listenerAttrs holds one listener's precomputed attribute sets, so that
-// the hot path does not build or sort attributes.
+// listenerAttrs holds one listener's precomputed names, span options and
+// attribute sets, so that the hot path does not build or sort attributes.
 type listenerAttrs struct {
-	spanName      string
+	base          []attribute.KeyValue // system, destination, consumer group
+	system        attribute.KeyValue
+	processName   string
 	startOpts     []trace.SpanStartOption // consumer kind, fixed attributes
 	startOptsRoot []trace.SpanStartOption // the same, with a new root
 	consumed      metric.MeasurementOption
@@ -109,47 +123,68 @@ type listenerAttrs struct {
 	wavesError    metric.MeasurementOption
 	probesFound   metric.MeasurementOption
 	probesEmpty   metric.MeasurementOption
-	base          metric.MeasurementOption
+	plain         metric.MeasurementOption // base only
 }
 
-func set(kvs ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+// with returns la's base attributes followed by kvs, in a new slice
+// (attribute.NewSet sorts the slice it is given).
+func (la *listenerAttrs) with(kvs ...attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(la.base)+len(kvs))
+	return append(append(out, la.base...), kvs...)
 }
 
+// set returns la's base attributes and kvs as one precomputed set.
+func (la *listenerAttrs) set(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(la.with(kvs...)...))
+}
+
+// attrs returns the attributes of the listener called name, for methods
+// called without a binding: the destination is named after the listener.
 func (o *Observer) attrs(listener string) *listenerAttrs {
 	if la, ok := o.listeners.Load(listener); ok {
 		return la.(*listenerAttrs)
 	}
-	dest := keyDestination.String(listener)
-	fixed := trace.WithAttributes(o.system, dest,
-		semconv.MessagingOperationTypeProcess, keyOperationName.String("process"))
-	kind := trace.WithSpanKind(trace.SpanKindConsumer)
-	la := &listenerAttrs{
-		spanName:      "process " + listener,
-		startOpts:     []trace.SpanStartOption{kind, fixed},
-		startOptsRoot: []trace.SpanStartOption{kind, fixed, trace.WithNewRoot()},
-		consumed:      set(o.system, dest, keyOperationName.String("receive")),
-		endToEnd:      set(o.system, dest),
-		dlExhausted:   set(o.system, dest, AttrDeadLetterCause.String("attempts_exhausted")),
-		dlUnmappable:  set(o.system, dest, AttrDeadLetterCause.String("unmappable")),
-		wavesMessages: set(o.system, dest, AttrResult.String("messages")),
-		wavesEmpty:    set(o.system, dest, AttrResult.String("empty")),
-		wavesError:    set(o.system, dest, AttrResult.String("error")),
-		probesFound:   set(o.system, dest, AttrResult.String("found")),
-		probesEmpty:   set(o.system, dest, AttrResult.String("empty")),
-		base:          set(o.system, dest),
+	actual, _ := o.listeners.LoadOrStore(listener, o.newAttrs(listener, transport.Destination{}))
+	return actual.(*listenerAttrs)
+}
+
+// newAttrs builds the attributes of listener name consuming d.
+func (o *Observer) newAttrs(name string, d transport.Destination) *listenerAttrs {
+	if d.Name == "" {
+		d.Name = name
 	}
+	la := &listenerAttrs{system: keySystem.String(o.cfg.system(d.System))}
+	la.base = []attribute.KeyValue{la.system, keyDestination.String(d.Name)}
+	if d.ConsumerGroup != "" {
+		la.base = append(la.base, keyConsumerGroup.String(d.ConsumerGroup))
+	}
+
+	process := trace.WithAttributes(la.with(semconv.MessagingOperationTypeProcess, keyOperationName.String(opProcess))...)
+	consumer := trace.WithSpanKind(trace.SpanKindConsumer)
+	la.processName = opProcess + " " + d.Name
+	la.startOpts = []trace.SpanStartOption{consumer, process}
+	la.startOptsRoot = []trace.SpanStartOption{consumer, process, trace.WithNewRoot()}
+
+	la.consumed = la.set(keyOperationName.String(opReceive))
+	la.endToEnd = la.set()
+	la.dlExhausted = la.set(AttrDeadLetterCause.String("attempts_exhausted"))
+	la.dlUnmappable = la.set(AttrDeadLetterCause.String("unmappable"))
+	la.wavesMessages = la.set(AttrResult.String("messages"))
+	la.wavesEmpty = la.set(AttrResult.String("empty"))
+	la.wavesError = la.set(AttrResult.String("error"))
+	la.probesFound = la.set(AttrResult.String("found"))
+	la.probesEmpty = la.set(AttrResult.String("empty"))
+	la.plain = la.set()
 	for i, out := range outcomes {
 		outcome := AttrOutcome.String(out.String())
-		la.settled[i] = set(o.system, dest, outcome)
-		kvs := []attribute.KeyValue{o.system, dest, keyOperationName.String("process"), outcome}
+		la.settled[i] = la.set(outcome)
+		kvs := []attribute.KeyValue{keyOperationName.String(opProcess), outcome}
 		if failed(out) {
 			kvs = append(kvs, keyErrorType.String(out.String()))
 		}
-		la.process[i] = set(kvs...)
+		la.process[i] = la.set(kvs...)
 	}
-	actual, _ := o.listeners.LoadOrStore(listener, la)
-	return actual.(*listenerAttrs)
+	return la
 }
 
 // failed reports whether an outcome is a processing failure.
@@ -160,8 +195,11 @@ func failed(out transport.Outcome) bool {
 // WaveDone implements transport.Observer: it counts the wave by result,
 // its probes, its size, and the deliveries it claimed.
 func (o *Observer) WaveDone(listener string, launched, found, claimed int, err error) {
+	o.waveDone(o.attrs(listener), launched, found, claimed, err)
+}
+
+func (o *Observer) waveDone(la *listenerAttrs, launched, found, claimed int, err error) {
 	ctx := context.Background()
-	la := o.attrs(listener)
 	switch {
 	case err != nil:
 		o.waves.Add(ctx, 1, la.wavesError)
@@ -171,7 +209,7 @@ func (o *Observer) WaveDone(listener string, launched, found, claimed int, err e
 		o.waves.Add(ctx, 1, la.wavesEmpty)
 	}
 	if launched > 0 {
-		o.waveSize.Record(ctx, int64(launched), la.base)
+		o.waveSize.Record(ctx, int64(launched), la.plain)
 		if found > 0 {
 			o.probes.Add(ctx, int64(found), la.probesFound)
 		}
@@ -184,19 +222,27 @@ func (o *Observer) WaveDone(listener string, launched, found, claimed int, err e
 	}
 }
 
-// destinationKey carries the listener name in a message context, for
+// Received implements transport.Observer; it records nothing yet.
+func (o *Observer) Received(string, time.Time, int, error) {}
+
+// Settled implements transport.Observer; it records nothing yet.
+func (o *Observer) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {}
+
+// listenerKey carries a message's listener attributes in its context, for
 // StartBatchSpan.
-type destinationKey struct{}
+type listenerKey struct{}
 
 // Delivering implements transport.Observer: it extracts the producer's trace
 // context from the message metadata and starts a consumer "process" span,
 // its child (or, with Config.Link, a new root linked to it; without a
-// producer context, a new root). The returned
-// context carries the span; finish ends it and records the settlement
-// metrics.
+// producer context, a new root). The returned context carries the span;
+// finish ends it and records the settlement metrics.
 func (o *Observer) Delivering(ctx context.Context, listener string, msg *message.Message) (context.Context, func(transport.Outcome)) {
+	return o.delivering(ctx, o.attrs(listener), msg)
+}
+
+func (o *Observer) delivering(ctx context.Context, la *listenerAttrs, msg *message.Message) (context.Context, func(transport.Outcome)) {
 	start := time.Now()
-	la := o.attrs(listener)
 	carrier := propagation.MapCarrier(msg.Metadata)
 	prop := o.cfg.propagator()
 	publishedAt, hasPublishedAt := transport.PublishedAt(msg)
@@ -218,8 +264,8 @@ func (o *Observer) Delivering(ctx context.Context, listener string, msg *message
 			opts = la.startOptsRoot
 		}
 	}
-	ctx = context.WithValue(ctx, destinationKey{}, listener)
-	ctx, span := o.tracer.Start(ctx, la.spanName, opts...)
+	ctx = context.WithValue(ctx, listenerKey{}, la)
+	ctx, span := o.tracer.Start(ctx, la.processName, opts...)
 	if span.IsRecording() {
 		span.SetAttributes(o.messageAttrs(msg)...)
 	}
@@ -269,7 +315,10 @@ func (o *Observer) messageAttrs(msg *message.Message) []attribute.KeyValue {
 // cause and adds a berth.dead_lettered event, with the reason, to its
 // consumer span.
 func (o *Observer) DeadLettered(listener string, msg *message.Message, reason string) {
-	la := o.attrs(listener)
+	o.deadLetter(o.attrs(listener), msg, reason)
+}
+
+func (o *Observer) deadLetter(la *listenerAttrs, msg *message.Message, reason string) {
 	if msg == nil {
 		o.deadLettered.Add(context.Background(), 1, la.dlUnmappable)
 		return
@@ -283,20 +332,50 @@ func (o *Observer) DeadLettered(listener string, msg *message.Message, reason st
 
 // Faulted implements transport.Observer: it counts the fault by stage.
 func (o *Observer) Faulted(listener string, f *transport.Fault) {
+	o.fault(o.attrs(listener), f)
+}
+
+func (o *Observer) fault(la *listenerAttrs, f *transport.Fault) {
 	stage := "unknown"
 	if f != nil && f.Stage != "" {
 		stage = f.Stage
 	}
-	o.faults.Add(context.Background(), 1, metric.WithAttributes(o.system, keyDestination.String(listener), AttrFaultStage.String(stage)))
+	o.faults.Add(context.Background(), 1, metric.WithAttributes(la.with(AttrFaultStage.String(stage))...))
 }
 
 // Rebuilt implements transport.Observer: it counts the rebuild.
 func (o *Observer) Rebuilt(listener string) {
-	o.rebuilds.Add(context.Background(), 1, o.attrs(listener).base)
+	o.rebuilds.Add(context.Background(), 1, o.attrs(listener).plain)
 }
 
-// Received implements transport.Observer; it records nothing yet.
-func (o *Observer) Received(string, time.Time, int, error) {}
+// boundObserver is an Observer bound to one listener (ForListener): it
+// ignores the listener name its methods get.
+type boundObserver struct {
+	o  *Observer
+	la *listenerAttrs
+}
 
-// Settled implements transport.Observer; it records nothing yet.
-func (o *Observer) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {}
+var _ transport.Observer = (*boundObserver)(nil)
+
+func (b *boundObserver) WaveDone(_ string, launched, found, claimed int, err error) {
+	b.o.waveDone(b.la, launched, found, claimed, err)
+}
+
+func (b *boundObserver) Received(string, time.Time, int, error) {}
+
+func (b *boundObserver) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {
+}
+
+func (b *boundObserver) Delivering(ctx context.Context, _ string, msg *message.Message) (context.Context, func(transport.Outcome)) {
+	return b.o.delivering(ctx, b.la, msg)
+}
+
+func (b *boundObserver) DeadLettered(_ string, msg *message.Message, reason string) {
+	b.o.deadLetter(b.la, msg, reason)
+}
+
+func (b *boundObserver) Faulted(_ string, f *transport.Fault) { b.o.fault(b.la, f) }
+
+func (b *boundObserver) Rebuilt(string) {
+	b.o.rebuilds.Add(context.Background(), 1, b.la.plain)
+}

@@ -31,7 +31,8 @@ func sqlRoundTrips(stats ...func() sqlqueue.Stats) telemetry.RoundTripper {
 }
 
 var postgresBackend = backend{
-	system: "postgresql",
+	system: postgres.MessagingSystem,
+	group:  "billing",
 	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		db, err := postgres.Open(testenv.PostgresSchemaURL(t), 4)
 		if err != nil {
@@ -45,6 +46,7 @@ var postgresBackend = backend{
 		var c sqlqueue.SubscriberConfig
 		c.DB = db
 		c.Pipeline = pcfg
+		c.ConsumerGroup = "billing"
 		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
 		if err != nil {
 			t.Fatal(err)

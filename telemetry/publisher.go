@@ -42,9 +42,13 @@ type publisher struct {
 // client, links to all of them with messaging.batch.message_count, as the
 // messaging semantic conventions describe for batches.
 //
+// messaging.system is Config.System, else what pub names (every Berth
+// publisher implements SystemNamer: aws_sqs, aws.sns, berth.postgres, …),
+// else DefaultSystem. The returned publisher implements SystemNamer too.
+//
 // The metadata of the caller's messages is modified. The decorator exposes
-// only message.Publisher: keep a reference to pub for transport-specific
-// methods.
+// only message.Publisher and SystemNamer: keep a reference to pub for
+// transport-specific methods.
 func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 	cfg = cfg.withDefaults()
 	m := cfg.meter()
@@ -52,7 +56,7 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		next:   pub,
 		cfg:    cfg,
 		tracer: cfg.tracer(),
-		system: keySystem.String(cfg.System),
+		system: keySystem.String(cfg.system(systemOf(pub))),
 	}
 	var errs []error
 	var err error
@@ -60,7 +64,7 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		metric.WithDescription("Number of messages producer attempted to send to the broker."))
 	errs = append(errs, err)
 	p.dur, err = m.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
-		metric.WithDescription("Duration of messaging operation initiated by a producer or consumer client."),
+		metric.WithDescription(operationDurationDesc),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -84,16 +88,16 @@ func (p *publisher) attrs(topic string) *topicAttrs {
 		return ta.(*topicAttrs)
 	}
 	dest := keyDestination.String(topic)
-	send := trace.WithAttributes(p.system, dest, semconv.MessagingOperationTypeSend, keyOperationName.String("send"))
+	send := trace.WithAttributes(p.system, dest, semconv.MessagingOperationTypeSend, keyOperationName.String(opSend))
 	producer := trace.WithSpanKind(trace.SpanKindProducer)
 	ta := &topicAttrs{
-		sendName:      "send " + topic,
-		createName:    "create " + topic,
+		sendName:      opSend + " " + topic,
+		createName:    opCreate + " " + topic,
 		sendOpts:      []trace.SpanStartOption{producer, send},
 		batchSendOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), send},
 		createOpts: []trace.SpanStartOption{producer, trace.WithAttributes(p.system, dest,
-			semconv.MessagingOperationTypeCreate, keyOperationName.String("create"))},
-		ok: set(p.system, dest, keyOperationName.String("send"), semconv.MessagingOperationTypeSend),
+			semconv.MessagingOperationTypeCreate, keyOperationName.String(opCreate))},
+		ok: metric.WithAttributeSet(attribute.NewSet(p.system, dest, keyOperationName.String(opSend), semconv.MessagingOperationTypeSend)),
 	}
 	actual, _ := p.topics.LoadOrStore(topic, ta)
 	return actual.(*topicAttrs)
@@ -167,7 +171,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 	opt := ta.ok
 	if err != nil {
 		et := errorType(err)
-		opt = metric.WithAttributes(p.system, keyDestination.String(topic), keyOperationName.String("send"),
+		opt = metric.WithAttributes(p.system, keyDestination.String(topic), keyOperationName.String(opSend),
 			semconv.MessagingOperationTypeSend, keyErrorType.String(et))
 		if span.IsRecording() {
 			span.RecordError(err)
@@ -184,6 +188,9 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 // Close implements message.Publisher.
 func (p *publisher) Close() error { return p.next.Close() }
 
+// MessagingSystem implements SystemNamer.
+func (p *publisher) MessagingSystem() string { return p.system.Value.AsString() }
+
 // errorType maps an error to a low-cardinality error.type value.
 func errorType(err error) string {
 	switch {
@@ -193,6 +200,8 @@ func errorType(err error) string {
 		return "timeout"
 	case errors.Is(err, transport.ErrClosed):
 		return "closed"
+	case errors.Is(err, transport.ErrLeaseLost):
+		return "lease_lost"
 	case errors.Is(err, transport.ErrMessageTooLarge):
 		return "message_too_large"
 	case errors.Is(err, transport.ErrQueueNotFound):

@@ -16,7 +16,9 @@ import (
 )
 
 var sqsBackend = backend{
-	system: "aws_sqs",
+	system: sqs.MessagingSystem,
+	// Consumers report the queue: the topic, sanitized.
+	destination: func(topic string) string { return sqs.SanitizeName(topic, false) },
 	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		env := testenv.SQSConfig(t)
 		counter := &sqs.RequestCounter{}

@@ -30,11 +30,35 @@ type subscriber interface {
 }
 
 // backend opens a transport's publisher and subscriber for the suite. The
-// subscriber uses pcfg (with the Observer set); rt reports the transport's
-// round trips.
+// subscriber uses pcfg (with the Observer set) and consumes as group (when
+// not empty); rt reports the transport's round trips. system is the
+// messaging.system the transport names; consumers report the topic as
+// destination unless destination maps it.
 type backend struct {
-	system string
-	open   func(t *testing.T, pcfg transport.PipelineConfig) (pub message.Publisher, sub subscriber, rt telemetry.RoundTripper)
+	system      string
+	group       string
+	destination func(topic string) string
+	open        func(t *testing.T, pcfg transport.PipelineConfig) (pub message.Publisher, sub subscriber, rt telemetry.RoundTripper)
+}
+
+// consumerDestination is the messaging.destination.name consumers of
+// topic report.
+func (b backend) consumerDestination(topic string) string {
+	if b.destination != nil {
+		return b.destination(topic)
+	}
+	return topic
+}
+
+// consumerAttrs are the attributes every consumer span and metric of topic
+// carries: system, destination, and consumer group when there is one.
+func (b backend) consumerAttrs(topic string) []attribute.KeyValue {
+	kvs := []attribute.KeyValue{semconv.MessagingSystemKey.String(b.system),
+		semconv.MessagingDestinationName(b.consumerDestination(topic))}
+	if b.group != "" {
+		kvs = append(kvs, semconv.MessagingConsumerGroupName(b.group))
+	}
+	return kvs
 }
 
 // runSuite runs every telemetry test over one transport. It must not run in
@@ -70,8 +94,7 @@ type stack struct {
 func openStack(t *testing.T, b backend, pcfg transport.PipelineConfig, mod func(*telemetry.Config)) *stack {
 	t.Helper()
 	r := newRig(t)
-	cfg := r.config()
-	cfg.System = b.system
+	cfg := r.config() // no System: the transport names it
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -221,7 +244,14 @@ func testTrace(t *testing.T, b backend, link bool) {
 				proc.Parent.SpanID(), proc.Parent.IsRemote(), send.SpanContext.SpanID())
 		}
 	}
-	wantAttr(t, proc, semconv.MessagingSystemKey.String(b.system))
+	for _, kv := range b.consumerAttrs(topic) {
+		wantAttr(t, proc, kv)
+	}
+	if b.group == "" {
+		if _, ok := attr(proc, semconv.MessagingConsumerGroupNameKey); ok {
+			t.Error("process span has a consumer group without one")
+		}
+	}
 	wantAttr(t, proc, semconv.MessagingOperationTypeProcess)
 	wantAttr(t, proc, semconv.MessagingOperationName("process"))
 	wantAttr(t, proc, semconv.MessagingMessageID(msg.UUID))
@@ -469,7 +499,8 @@ func testMetrics(t *testing.T, b backend) {
 		return f >= 1 && r >= 1
 	})
 	uninstall()
-	s.obs.DeadLettered("unmappable-listener", nil, "cannot map message: bad payload")
+	s.obs.ForListener("unmappable-listener", transport.Destination{System: b.system}).
+		DeadLettered("unmappable-listener", nil, "cannot map message: bad payload")
 
 	rm = s.r.collect(t)
 	dest := func(m string) {
@@ -546,6 +577,34 @@ func testMetrics(t *testing.T, b backend) {
 	}
 	check(telemetry.MetricSentMessages, "{message}", 8, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationName("send"))
 	check(telemetry.MetricOperationDuration, "s", 3, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationTypeSend)
+
+	cons := b.consumerAttrs(topic)
+	with := func(kvs ...attribute.KeyValue) []attribute.KeyValue {
+		return append(cons[:len(cons):len(cons)], kvs...)
+	}
+	// Every consumer metric and per-listener value carries them too.
+	for _, name := range []string{telemetry.MetricConsumedMessages, telemetry.MetricSettledMessages, telemetry.MetricDeadLettered,
+		telemetry.MetricProcessDuration, telemetry.MetricEndToEnd, telemetry.MetricReceiveWaves, telemetry.MetricReceiveProbes,
+		telemetry.MetricWaveSize, telemetry.MetricRebuilds} {
+		check(name, unitOf(rm, name), 1, cons...)
+	}
+	for _, name := range []string{telemetry.MetricQueueCount, telemetry.MetricBuffered, telemetry.MetricInFlight,
+		telemetry.MetricBatchPending, telemetry.MetricLatched, telemetry.MetricFaulted} {
+		check(name, unitOf(rm, name), 0, with(sub)...)
+	}
+	check(telemetry.MetricStatus, "{listener}", 1, with(sub)...)
+	if b.group == "" {
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				for _, p := range points(m) {
+					if _, ok := p.attrs.Value(semconv.MessagingConsumerGroupNameKey); ok {
+						t.Errorf("%s has a consumer group without one: %v", m.Name, p.attrs.ToSlice())
+					}
+				}
+			}
+		}
+	}
+
 	for _, m := range []string{telemetry.MetricConsumedMessages, telemetry.MetricSettledMessages, telemetry.MetricDeadLettered,
 		telemetry.MetricProcessDuration, telemetry.MetricEndToEnd, telemetry.MetricReceiveWaves, telemetry.MetricReceiveProbes,
 		telemetry.MetricWaveSize, telemetry.MetricFaults, telemetry.MetricRebuilds, telemetry.MetricQueueCount, telemetry.MetricStatus} {
@@ -638,4 +697,10 @@ func testBatchingConsume(t *testing.T, b backend) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// unitOf returns the unit of metric name in rm.
+func unitOf(rm metricdata.ResourceMetrics, name string) string {
+	m, _ := find(rm, name)
+	return m.Unit
 }
