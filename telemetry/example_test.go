@@ -21,8 +21,9 @@ import (
 
 // One trace from publisher to consumer: the publisher decorator injects the
 // trace context into the metadata, the Observer set in the pipeline config
-// continues it in a consumer span. Spans carry the transport's
-// messaging.system.
+// continues it in a consumer span. The receive call that claimed the
+// message is a client span of its own trace; the ack is a client span
+// inside the consumer span. Spans carry the transport's messaging.system.
 func Example() {
 	ctx := context.Background()
 	spans := tracetest.NewInMemoryExporter()
@@ -70,15 +71,19 @@ func Example() {
 		system, _ := attrs.Value(semconv.MessagingSystemKey)
 		fmt.Println(name, s.SpanKind, system.AsString())
 	}
-	send, process := byName["send orders"], byName["process orders"]
+	send, process, ack := byName["send orders"], byName["process orders"], byName["ack orders"]
 	fmt.Println("one trace:", send.SpanContext.TraceID() == process.SpanContext.TraceID())
 	fmt.Println("consumer's parent is the producer:", process.Parent.SpanID() == send.SpanContext.SpanID())
+	fmt.Println("ack's parent is the consumer:", ack.Parent.SpanID() == process.SpanContext.SpanID())
 	// Output:
 	// traceparent propagated: true
+	// ack orders client berth.mem
 	// process orders consumer berth.mem
+	// receive orders client berth.mem
 	// send orders producer berth.mem
 	// one trace: true
 	// consumer's parent is the producer: true
+	// ack's parent is the consumer: true
 }
 
 // Per-listener up-down counters: register a subscriber once; every

@@ -20,9 +20,11 @@ import (
 )
 
 // Observer is a transport.Observer that records the receive pipeline's
-// events as OpenTelemetry metrics and a consumer span per message. Set it as
-// PipelineConfig.Observer of any transport's subscriber config. It is safe
-// for concurrent use and may be shared by many subscribers.
+// events as OpenTelemetry metrics, a consumer span per message, a client
+// span per receive call that claimed messages (or failed) and per
+// settlement of a traced message. Set it as PipelineConfig.Observer of any
+// transport's subscriber config. It is safe for concurrent use and may be
+// shared by many subscribers.
 //
 // It implements transport.ListenerObserver: each listener binds it with
 // the transport's Destination, so messaging.system, destination name and
@@ -37,6 +39,7 @@ type Observer struct {
 	settled      metric.Int64Counter
 	deadLettered metric.Int64Counter
 	processDur   metric.Float64Histogram
+	operationDur metric.Float64Histogram
 	endToEnd     metric.Float64Histogram
 	waves        metric.Int64Counter
 	probes       metric.Int64Counter
@@ -74,6 +77,7 @@ func NewObserver(cfg Config) (*Observer, error) {
 	o.settled = counter(MetricSettledMessages, "{message}", "Number of delivered messages settled, by outcome.")
 	o.deadLettered = counter(MetricDeadLettered, "{message}", "Number of messages moved to the dead-letter destination.")
 	o.processDur = seconds(MetricProcessDuration, "Duration of processing operation: from delivery to the handler until ack or nack.", durationBuckets)
+	o.operationDur = seconds(MetricOperationDuration, operationDurationDesc, durationBuckets)
 	o.endToEnd = seconds(MetricEndToEnd, "Time from publish to ack.", endToEndBuckets)
 	o.waves = counter(MetricReceiveWaves, "{wave}", "Number of receive waves, by result.")
 	o.probes = counter(MetricReceiveProbes, "{probe}", "Number of receive probes (receive requests, or rows asked for by a SQL claim), by result.")
@@ -104,6 +108,12 @@ var outcomes = [...]transport.Outcome{
 	transport.OutcomeDeadLettered, transport.OutcomeAbandoned,
 }
 
+// settleOps are the transport.SettleOp values, by index.
+var settleOps = [...]transport.SettleOp{
+	transport.SettleAck, transport.SettleNack,
+	transport.SettleDeadLetter, transport.SettleRelease,
+}
+
 // listenerAttrs holds one listener's precomputed names, span options and
 // attribute sets, so that the hot path does not build or sort attributes.
 type listenerAttrs struct {
@@ -112,9 +122,15 @@ type listenerAttrs struct {
 	processName   string
 	startOpts     []trace.SpanStartOption // consumer kind, fixed attributes
 	startOptsRoot []trace.SpanStartOption // the same, with a new root
+	receiveName   string
+	receiveOpts   []trace.SpanStartOption // client kind, new root, fixed attributes
+	settleNames   [len(settleOps)]string
+	settleOpts    [len(settleOps)][]trace.SpanStartOption
 	consumed      metric.MeasurementOption
 	settled       [len(outcomes)]metric.MeasurementOption
 	process       [len(outcomes)]metric.MeasurementOption
+	receiveOK     metric.MeasurementOption
+	settleOK      [len(settleOps)]metric.MeasurementOption
 	endToEnd      metric.MeasurementOption
 	dlExhausted   metric.MeasurementOption
 	dlUnmappable  metric.MeasurementOption
@@ -164,6 +180,17 @@ func (o *Observer) newAttrs(name string, d transport.Destination) *listenerAttrs
 	la.processName = opProcess + " " + d.Name
 	la.startOpts = []trace.SpanStartOption{consumer, process}
 	la.startOptsRoot = []trace.SpanStartOption{consumer, process, trace.WithNewRoot()}
+
+	receive := la.with(semconv.MessagingOperationTypeReceive, keyOperationName.String(opReceive))
+	la.receiveName = opReceive + " " + d.Name
+	la.receiveOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithNewRoot(), trace.WithAttributes(receive...)}
+	la.receiveOK = metric.WithAttributeSet(attribute.NewSet(receive...))
+	for i, op := range settleOps {
+		settle := la.with(semconv.MessagingOperationTypeSettle, keyOperationName.String(op.String()))
+		la.settleNames[i] = op.String() + " " + d.Name
+		la.settleOpts[i] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(settle...)}
+		la.settleOK[i] = metric.WithAttributeSet(attribute.NewSet(settle...))
+	}
 
 	la.consumed = la.set(keyOperationName.String(opReceive))
 	la.endToEnd = la.set()
@@ -222,11 +249,83 @@ func (o *Observer) waveDone(la *listenerAttrs, launched, found, claimed int, err
 	}
 }
 
-// Received implements transport.Observer; it records nothing yet.
-func (o *Observer) Received(string, time.Time, int, error) {}
+// Received implements transport.Observer: it records the receive call's
+// duration (messaging.client.operation.duration, operation receive) and,
+// when it claimed messages or failed, a client "receive <destination>"
+// span with messaging.batch.message_count. Empty receives (idle polling)
+// are measured but not traced.
+func (o *Observer) Received(listener string, start time.Time, claimed int, err error) {
+	o.received(o.attrs(listener), start, claimed, err)
+}
 
-// Settled implements transport.Observer; it records nothing yet.
-func (o *Observer) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {}
+func (o *Observer) received(la *listenerAttrs, start time.Time, claimed int, err error) {
+	end := time.Now()
+	opt := la.receiveOK
+	if err != nil {
+		opt = metric.WithAttributes(la.with(semconv.MessagingOperationTypeReceive,
+			keyOperationName.String(opReceive), keyErrorType.String(errorType(err)))...)
+	}
+	o.operationDur.Record(context.Background(), end.Sub(start).Seconds(), opt)
+	if claimed == 0 && err == nil {
+		return
+	}
+	opts := append(la.receiveOpts[:len(la.receiveOpts):len(la.receiveOpts)], trace.WithTimestamp(start))
+	_, span := o.tracer.Start(context.Background(), la.receiveName, opts...)
+	if span.IsRecording() {
+		span.SetAttributes(keyBatchCount.Int(claimed))
+		if err != nil {
+			endInError(span, err)
+		}
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// Settled implements transport.Observer: it records the settlement call's
+// duration (messaging.client.operation.duration, operation type settle,
+// operation name ack, nack, dead_letter or release) and, for a message
+// whose process span is recording, a client "<operation> <destination>"
+// span, the process span's child.
+func (o *Observer) Settled(listener string, op transport.SettleOp, msg *message.Message, n int, start time.Time, err error) {
+	o.settle(o.attrs(listener), op, msg, n, start, err)
+}
+
+func (o *Observer) settle(la *listenerAttrs, op transport.SettleOp, msg *message.Message, _ int, start time.Time, err error) {
+	i := int(op)
+	if i < 0 || i >= len(settleOps) {
+		return
+	}
+	end := time.Now()
+	opt := la.settleOK[i]
+	if err != nil {
+		opt = metric.WithAttributes(la.with(semconv.MessagingOperationTypeSettle,
+			keyOperationName.String(op.String()), keyErrorType.String(errorType(err)))...)
+	}
+	o.operationDur.Record(context.Background(), end.Sub(start).Seconds(), opt)
+	if msg == nil {
+		return
+	}
+	ctx := msg.Context()
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return
+	}
+	opts := append(la.settleOpts[i][:len(la.settleOpts[i]):len(la.settleOpts[i])], trace.WithTimestamp(start))
+	_, span := o.tracer.Start(ctx, la.settleNames[i], opts...)
+	if span.IsRecording() {
+		span.SetAttributes(keyMessageID.String(msg.UUID))
+		if err != nil {
+			endInError(span, err)
+		}
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// endInError records err on span: the error, an error status and
+// error.type.
+func endInError(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(keyErrorType.String(errorType(err)))
+}
 
 // listenerKey carries a message's listener attributes in its context, for
 // StartBatchSpan.
@@ -361,9 +460,12 @@ func (b *boundObserver) WaveDone(_ string, launched, found, claimed int, err err
 	b.o.waveDone(b.la, launched, found, claimed, err)
 }
 
-func (b *boundObserver) Received(string, time.Time, int, error) {}
+func (b *boundObserver) Received(_ string, start time.Time, claimed int, err error) {
+	b.o.received(b.la, start, claimed, err)
+}
 
-func (b *boundObserver) Settled(string, transport.SettleOp, *message.Message, int, time.Time, error) {
+func (b *boundObserver) Settled(_ string, op transport.SettleOp, msg *message.Message, n int, start time.Time, err error) {
+	b.o.settle(b.la, op, msg, n, start, err)
 }
 
 func (b *boundObserver) Delivering(ctx context.Context, _ string, msg *message.Message) (context.Context, func(transport.Outcome)) {

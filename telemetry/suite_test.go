@@ -270,6 +270,24 @@ func testTrace(t *testing.T, b backend, link bool) {
 	if proc.Status.Code != codes.Unset {
 		t.Errorf("acked process span status = %v, want unset", proc.Status)
 	}
+
+	// The ack: a client settle span, child of the process span, within it.
+	ack := s.r.span(t, "ack "+b.consumerDestination(topic))
+	if ack.SpanKind != trace.SpanKindClient {
+		t.Errorf("ack span kind = %s, want client", ack.SpanKind)
+	}
+	if ack.Parent.SpanID() != proc.SpanContext.SpanID() {
+		t.Errorf("ack span parent = %s, want the process span %s", ack.Parent.SpanID(), proc.SpanContext.SpanID())
+	}
+	if ack.StartTime.Before(proc.StartTime) || ack.EndTime.After(proc.EndTime) {
+		t.Errorf("ack span [%v, %v] is not within the process span [%v, %v]", ack.StartTime, ack.EndTime, proc.StartTime, proc.EndTime)
+	}
+	for _, kv := range b.consumerAttrs(topic) {
+		wantAttr(t, ack, kv)
+	}
+	wantAttr(t, ack, semconv.MessagingOperationTypeSettle)
+	wantAttr(t, ack, semconv.MessagingOperationName("ack"))
+	wantAttr(t, ack, semconv.MessagingMessageID(msg.UUID))
 }
 
 // testBatch publishes three messages in one call (a create span each, a
@@ -578,10 +596,16 @@ func testMetrics(t *testing.T, b backend) {
 	check(telemetry.MetricSentMessages, "{message}", 8, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationName("send"))
 	check(telemetry.MetricOperationDuration, "s", 3, sys, semconv.MessagingDestinationName(topic), semconv.MessagingOperationTypeSend)
 
+	// Receive and settlement calls: durations by operation, with the
+	// consumer's destination and group.
 	cons := b.consumerAttrs(topic)
 	with := func(kvs ...attribute.KeyValue) []attribute.KeyValue {
 		return append(cons[:len(cons):len(cons)], kvs...)
 	}
+	check(telemetry.MetricOperationDuration, "s", 2, with(semconv.MessagingOperationTypeReceive, semconv.MessagingOperationName("receive"))...)
+	check(telemetry.MetricOperationDuration, "s", 6, with(semconv.MessagingOperationTypeSettle, semconv.MessagingOperationName("ack"))...)
+	check(telemetry.MetricOperationDuration, "s", 1, with(semconv.MessagingOperationTypeSettle, semconv.MessagingOperationName("nack"))...)
+	check(telemetry.MetricOperationDuration, "s", 1, with(semconv.MessagingOperationTypeSettle, semconv.MessagingOperationName("dead_letter"))...)
 	// Every consumer metric and per-listener value carries them too.
 	for _, name := range []string{telemetry.MetricConsumedMessages, telemetry.MetricSettledMessages, telemetry.MetricDeadLettered,
 		telemetry.MetricProcessDuration, telemetry.MetricEndToEnd, telemetry.MetricReceiveWaves, telemetry.MetricReceiveProbes,
@@ -605,6 +629,26 @@ func testMetrics(t *testing.T, b backend) {
 		}
 	}
 
+	// Receive spans: one per receive call that claimed messages, a new
+	// trace each, of kind client.
+	receives := s.r.spansNamed(t, "receive "+b.consumerDestination(topic), 1)
+	claimed := int64(0)
+	for _, sp := range receives {
+		if sp.SpanKind != trace.SpanKindClient || sp.Parent.IsValid() {
+			t.Errorf("receive span: kind %s, parent %s; want client, none", sp.SpanKind, sp.Parent.SpanID())
+		}
+		for _, kv := range with(semconv.MessagingOperationTypeReceive, semconv.MessagingOperationName("receive")) {
+			wantAttr(t, sp, kv)
+		}
+		n, ok := attr(sp, semconv.MessagingBatchMessageCountKey)
+		if !ok || n.AsInt64() < 1 {
+			t.Errorf("receive span: messaging.batch.message_count = %v (present %v), want ≥ 1", n.AsInt64(), ok)
+		}
+		claimed += n.AsInt64()
+	}
+	if claimed < 9 {
+		t.Errorf("receive spans account for %d messages, want ≥ 9 (8 published, one redelivery)", claimed)
+	}
 	for _, m := range []string{telemetry.MetricConsumedMessages, telemetry.MetricSettledMessages, telemetry.MetricDeadLettered,
 		telemetry.MetricProcessDuration, telemetry.MetricEndToEnd, telemetry.MetricReceiveWaves, telemetry.MetricReceiveProbes,
 		telemetry.MetricWaveSize, telemetry.MetricFaults, telemetry.MetricRebuilds, telemetry.MetricQueueCount, telemetry.MetricStatus} {
