@@ -43,6 +43,17 @@
 // build each message's context with [NewMessageContext] and learn through
 // [BatchHooks] when a batch takes the message and when it lets it go.
 //
+// # Observing
+//
+// An [Observer] (PipelineConfig.Observer; package telemetry implements one)
+// gets the pipeline's events: each receive wave and Claim call, each
+// delivery with its outcome, each settlement call, dead letters, faults and
+// rebuilds. Transports describe what each listener consumes with a
+// [Destination] (messaging system, destination name, consumer group: see
+// SubscriberConfig's System, ConsumerGroup and DestinationName), which an
+// observer implementing [ListenerObserver] receives once per listener and
+// [ListenerState] reports.
+//
 // # Errors
 //
 // Callers branch on the sentinels with errors.Is: [ErrClosed],
