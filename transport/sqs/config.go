@@ -65,6 +65,10 @@ const (
 	MessagingSystemSNS = "aws.sns"
 )
 
+// MaxPublishLinger is the longest PublishLinger: a longer wait would only
+// add latency, since a busy publisher fills batches of 10 sooner.
+const MaxPublishLinger = time.Second
+
 // ClientConfig says how to reach SQS and SNS. The zero value loads the AWS
 // default configuration (environment, shared config and credentials files,
 // SSO, web identity, container and instance roles).
@@ -338,9 +342,22 @@ type PublisherConfig struct {
 	SNS bool
 
 	// PublishConcurrency bounds the concurrent batch requests of one
-	// Publish call. Defaults to DefaultPublishConcurrency (8). URL:
-	// publish_concurrency.
+	// Publish call and, with PublishLinger, the coalesced batch requests in
+	// flight per queue (or SNS topic). Defaults to
+	// DefaultPublishConcurrency (8). URL: publish_concurrency.
 	PublishConcurrency int
+
+	// PublishLinger makes concurrent Publish calls of one message each
+	// share batch requests: a message waits up to PublishLinger for others
+	// to the same queue (or SNS topic); a batch goes when it holds 10
+	// messages or MaxBatchBytes, or PublishLinger after its first message
+	// arrived, up to PublishConcurrency batches in flight per queue. Each
+	// call still returns once its own message is sent (or failed), with its
+	// own entry's outcome. Calls of several messages are batched on their
+	// own, as without it. Zero: every call sends its own requests (one
+	// SendMessage for one message). At most 1s. Defaults to 0. URL:
+	// publish_linger.
+	PublishLinger time.Duration
 
 	// SendAttempts bounds the attempts to send a message whose batch entry
 	// failed on the server side. Defaults to DefaultSendAttempts (3).
@@ -391,6 +408,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.MaxBatchBytes < 0 || c.MaxBatchBytes > 1<<20 {
 		errs = append(errs, fmt.Errorf("MaxBatchBytes: must be 0 to 1048576, got %d", c.MaxBatchBytes))
+	}
+	if c.PublishLinger < 0 || c.PublishLinger > MaxPublishLinger {
+		errs = append(errs, fmt.Errorf("PublishLinger: must be 0 to %s, got %s", MaxPublishLinger, c.PublishLinger))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))

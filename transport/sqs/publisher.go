@@ -34,6 +34,8 @@ type Publisher struct {
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
+
+	coalescers coalescers // with PublishLinger: one per queue or SNS topic
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -92,6 +94,13 @@ type outgoing struct {
 // done is not sent; a request is cancelled when the contexts of all its
 // messages are done. The error joins one error per message not sent, each
 // naming the message UUID.
+//
+// A single message is sent with SendMessage; with PublishLinger it joins
+// the single messages of concurrent calls in a shared batch request
+// instead (see PublisherConfig.PublishLinger). Either way Publish returns
+// once its message is sent or failed, or at once when the message context
+// is done: a message still waiting for company is then withdrawn, one
+// already in a request in flight may still arrive.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	if p.closed {
@@ -112,6 +121,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return fmt.Errorf("sqs: publish to %s: %w", topic, err)
 	}
+	if len(msgs) == 1 {
+		return p.publishOne(topic, q, msgs[0])
+	}
 	outs, errs := p.prepare(topic, msgs, q.maxSize, q.fifo, true)
 	batches := pack(outs, p.cfg.MaxBatchBytes)
 	concurrency := p.cfg.PublishConcurrency
@@ -126,49 +138,54 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 func (p *Publisher) prepare(topic string, msgs []*message.Message, maxSize int, fifo, delayOK bool) ([]*outgoing, []error) {
 	outs := make([]*outgoing, 0, len(msgs))
 	var errs []error
-	fail := func(m *message.Message, err error) {
-		errs = append(errs, fmt.Errorf("sqs: publish %s to %s: %w", m.UUID, topic, err))
-	}
 	for _, m := range msgs {
-		if err := m.Context().Err(); err != nil {
-			fail(m, err)
-			continue
-		}
-		e, err := marshal(p.cfg.Codec, m)
+		o, err := p.prepareOne(topic, m, maxSize, fifo, delayOK)
 		if err != nil {
-			fail(m, err)
+			errs = append(errs, err)
 			continue
-		}
-		if e.size > maxSize {
-			fail(m, fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
-			continue
-		}
-		o := &outgoing{msg: m, e: e}
-		if v := m.Metadata.Get(MetadataDelay); v != "" {
-			d, err := parseDelay(v)
-			if err != nil {
-				fail(m, err)
-				continue
-			}
-			if d > 0 && (fifo || !delayOK) {
-				fail(m, fmt.Errorf("metadata %s: per-message delay is not supported on FIFO queues or SNS", MetadataDelay))
-				continue
-			}
-			o.delay = d
-		}
-		if fifo {
-			o.group = m.Metadata.Get(MetadataGroupID)
-			if o.group == "" {
-				o.group = topic
-			}
-			o.dedup = m.Metadata.Get(MetadataDeduplicationID)
-			if o.dedup == "" {
-				o.dedup = m.UUID
-			}
 		}
 		outs = append(outs, o)
 	}
 	return outs, errs
+}
+
+// prepareOne encodes m, or returns why it cannot be sent.
+func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fifo, delayOK bool) (*outgoing, error) {
+	fail := func(err error) error {
+		return fmt.Errorf("sqs: publish %s to %s: %w", m.UUID, topic, err)
+	}
+	if err := m.Context().Err(); err != nil {
+		return nil, fail(err)
+	}
+	e, err := marshal(p.cfg.Codec, m)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if e.size > maxSize {
+		return nil, fail(fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
+	}
+	o := &outgoing{msg: m, e: e}
+	if v := m.Metadata.Get(MetadataDelay); v != "" {
+		d, err := parseDelay(v)
+		if err != nil {
+			return nil, fail(err)
+		}
+		if d > 0 && (fifo || !delayOK) {
+			return nil, fail(fmt.Errorf("metadata %s: per-message delay is not supported on FIFO queues or SNS", MetadataDelay))
+		}
+		o.delay = d
+	}
+	if fifo {
+		o.group = m.Metadata.Get(MetadataGroupID)
+		if o.group == "" {
+			o.group = topic
+		}
+		o.dedup = m.Metadata.Get(MetadataDeduplicationID)
+		if o.dedup == "" {
+			o.dedup = m.UUID
+		}
+	}
+	return o, nil
 }
 
 // parseDelay reads MetadataDelay: a Go duration or whole seconds.
@@ -298,12 +315,21 @@ func (p *Publisher) sendQueue(q *queue) sendFunc[*outgoing] {
 	}
 }
 
-// Close waits for Publish calls in progress; later calls return
-// transport.ErrClosed. It is idempotent.
+// Close sends the messages waiting for company (PublishLinger) at once and
+// waits for Publish calls and batch requests in progress; later calls
+// return transport.ErrClosed. It is idempotent.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	for _, c := range p.coalescers.all() {
+		c.flush()
+	}
 	p.wg.Wait()
+	// Again: a call under way when Close began may have made a coalescer.
+	for _, c := range p.coalescers.all() {
+		c.flush()
+		c.wait()
+	}
 	return nil
 }

@@ -134,6 +134,9 @@ func (p *Publisher) publishSNS(ctx context.Context, topic string, msgs []*messag
 	if err != nil {
 		return fmt.Errorf("sqs: publish to %s: %w", topic, err)
 	}
+	if len(msgs) == 1 && p.cfg.PublishLinger > 0 {
+		return p.publishTopicOne(topic, name, arn, msgs[0])
+	}
 	outs, errs := p.prepare(topic, msgs, maxSNSBytes, p.cfg.Queue.FIFO, false)
 	batches := pack(outs, min(p.cfg.MaxBatchBytes, maxSNSBytes))
 	concurrency := p.cfg.PublishConcurrency

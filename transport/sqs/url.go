@@ -61,6 +61,7 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) 
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
 	cfg.SNS = p.Bool("sns", false)
 	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
+	cfg.PublishLinger = p.Duration("publish_linger", 0, 0, MaxPublishLinger)
 	cfg.Codec = parseCodec(p)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
