@@ -96,16 +96,20 @@ func (cs *coalescers) all() []*coalescer {
 }
 
 // A coalescer gathers the single messages of concurrent Publish calls to one
-// destination into shared batch requests. It follows four rules:
+// destination into shared batch requests. It follows five rules:
 //
 //  1. Messages queue in arrival order; a batch takes them from the head, up
 //     to maxBatch messages and maxBytes.
 //  2. A batch goes when it is full (maxBatch, or the next message would
 //     exceed maxBytes), when its first message has waited linger, or at
 //     once after flush (Close).
-//  3. At most inFlight batches are in flight; a ready batch waits for one
+//  3. A batch is also full when it holds as many messages as the most calls
+//     in progress at once lately (this second or the last): more callers
+//     are unlikely to come, so waiting would only add latency. A lone
+//     caller never waits, and a pool of n producers sends batches of n.
+//  4. At most inFlight batches are in flight; a ready batch waits for one
 //     to finish.
-//  4. Each caller gets its own entry's outcome (entries failed on the server
+//  5. Each caller gets its own entry's outcome (entries failed on the server
 //     side are sent again, up to attempts); a caller whose message context
 //     ends withdraws its message if it is still queued, and a request is
 //     cancelled only when the contexts of all its messages are done.
@@ -125,6 +129,10 @@ type coalescer struct {
 	queue    []*coalesced
 	running  int
 	flushing bool
+	active   int       // calls in do
+	peak     int       // most calls in do at once since window began
+	lastPeak int       // the same in the window before
+	window   time.Time // when the current peak window began
 	timer    *time.Timer // fires when the head of queue has waited linger
 	wg       sync.WaitGroup
 }
@@ -144,25 +152,50 @@ func newCoalescer(send sendFunc[*outgoing], linger time.Duration, maxBytes, inFl
 // done: then it withdraws o if still queued, and returns the context's
 // error either way.
 func (c *coalescer) do(o *outgoing) error {
-	w := &coalesced{o: o, at: time.Now(), done: make(chan error, 1)}
+	now := time.Now()
+	w := &coalesced{o: o, at: now, done: make(chan error, 1)}
 	c.mu.Lock()
+	c.enterLocked(now)
 	c.queue = append(c.queue, w)
 	c.dispatchLocked()
 	c.mu.Unlock()
 	ctx := o.msg.Context()
 	select {
 	case err := <-w.done:
+		c.leave(nil)
 		return err
 	case <-ctx.Done():
-		c.withdraw(w)
+		c.leave(w)
 		return ctx.Err()
 	}
 }
 
-// withdraw removes w from the queue if it is still there.
-func (c *coalescer) withdraw(w *coalesced) {
+// peakWindow is how long a peak of concurrent calls counts (rule 3): for
+// this window and the next.
+const peakWindow = time.Second
+
+// enterLocked counts a call in do and keeps the peak.
+func (c *coalescer) enterLocked(now time.Time) {
+	c.active++
+	if since := now.Sub(c.window); since >= peakWindow {
+		c.lastPeak = c.peak
+		if since >= 2*peakWindow {
+			c.lastPeak = 0
+		}
+		c.peak, c.window = 0, now
+	}
+	c.peak = max(c.peak, c.active)
+}
+
+// leave counts a call out of do, withdrawing w from the queue if it is
+// still there.
+func (c *coalescer) leave(w *coalesced) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.active--
+	if w == nil {
+		return
+	}
 	for i, q := range c.queue {
 		if q == w {
 			c.queue = append(c.queue[:i:i], c.queue[i+1:]...)
@@ -193,6 +226,7 @@ func (c *coalescer) dispatchLocked() {
 // nextBatchLocked returns how many queued messages the next batch takes,
 // and whether it is full.
 func (c *coalescer) nextBatchLocked() (n int, full bool) {
+	flushAt := min(maxBatch, max(c.peak, c.lastPeak, 1))
 	size := 0
 	for n < len(c.queue) && n < maxBatch {
 		s := c.queue[n].o.e.size
@@ -202,7 +236,7 @@ func (c *coalescer) nextBatchLocked() (n int, full bool) {
 		size += s
 		n++
 	}
-	return n, n == maxBatch
+	return n, n >= flushAt
 }
 
 // armLocked makes the timer fire after d.

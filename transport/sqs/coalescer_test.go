@@ -21,13 +21,15 @@ import (
 // fakeSender is the publisher's side of the SQS API: one queue, every
 // SendMessageBatch and SendMessage recorded. Bodies starting with "bad" fail
 // as a sender fault; bodies starting with "flaky" fail once on the server
-// side. While gate is set, SendMessageBatch waits for it to be closed.
+// side. A SendMessageBatch holding a body in hold waits until its channel
+// is closed; while gate is set, every one waits for it to be closed.
 type fakeSender struct {
 	API  // unused methods panic
 	fifo bool
 
 	mu       sync.Mutex
 	gate     chan struct{}
+	hold     map[string]chan struct{}
 	batches  [][]types.SendMessageBatchRequestEntry
 	singles  int
 	sent     []types.SendMessageBatchRequestEntry // accepted, in order
@@ -35,11 +37,10 @@ type fakeSender struct {
 	peak     int
 	flaked   map[string]bool
 	inFlight chan struct{} // a signal per SendMessageBatch started
-	ctxs     []context.Context
 }
 
 func newFakeSender(fifo bool) *fakeSender {
-	return &fakeSender{fifo: fifo, flaked: map[string]bool{}, inFlight: make(chan struct{}, 1000)}
+	return &fakeSender{fifo: fifo, flaked: map[string]bool{}, hold: map[string]chan struct{}{}, inFlight: make(chan struct{}, 1000)}
 }
 
 func (f *fakeSender) GetQueueUrl(_ context.Context, in *awssqs.GetQueueUrlInput, _ ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
@@ -61,10 +62,14 @@ func (f *fakeSender) SendMessage(_ context.Context, in *awssqs.SendMessageInput,
 func (f *fakeSender) SendMessageBatch(ctx context.Context, in *awssqs.SendMessageBatchInput, _ ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
 	f.mu.Lock()
 	f.batches = append(f.batches, in.Entries)
-	f.ctxs = append(f.ctxs, ctx)
 	f.running++
 	f.peak = max(f.peak, f.running)
 	gate := f.gate
+	for _, e := range in.Entries {
+		if h, ok := f.hold[aws.ToString(e.MessageBody)]; ok {
+			gate = h
+		}
+	}
 	f.mu.Unlock()
 	f.inFlight <- struct{}{}
 	if gate != nil {
@@ -73,6 +78,9 @@ func (f *fakeSender) SendMessageBatch(ctx context.Context, in *awssqs.SendMessag
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.running--
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out := &awssqs.SendMessageBatchOutput{}
 	for _, e := range in.Entries {
 		body := aws.ToString(e.MessageBody)
@@ -104,6 +112,26 @@ func (f *fakeSender) waitBatches(t *testing.T, n int) {
 		case <-f.inFlight:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("timed out waiting for SendMessageBatch requests")
+		}
+	}
+}
+
+// plug publishes a message whose request is held in flight, so that the
+// calls after it queue (a lone call is sent at once), and returns what
+// releases it and waits for its Publish.
+func plug(t *testing.T, p *Publisher, f *fakeSender) (release func()) {
+	t.Helper()
+	h := make(chan struct{})
+	f.mu.Lock()
+	f.hold["plug"] = h
+	f.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- p.Publish("t", message.NewMessage("plug", []byte("plug"))) }()
+	f.waitBatches(t, 1)
+	return func() {
+		close(h)
+		if err := <-done; err != nil {
+			t.Errorf("plug: %v", err)
 		}
 	}
 }
@@ -155,9 +183,11 @@ func bodies(prefix string, n int) []string {
 func TestPublishLingerCoalescesConcurrentCalls(t *testing.T) {
 	f := newFakeSender(false)
 	p := lingerPublisher(f, time.Hour, nil)
+	release := plug(t, p, f)
 	wait := publishAll(p, "t", bodies("m", 25)...)
 	f.waitBatches(t, 2)
 	waitQueued(t, p, 5)
+	release()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,31 +197,67 @@ func TestPublishLingerCoalescesConcurrentCalls(t *testing.T) {
 		}
 	}
 	batches, singles := f.counts()
-	if batches != 3 || singles != 0 {
-		t.Fatalf("%d SendMessageBatch and %d SendMessage requests for 25 messages, want 3 and 0", batches, singles)
+	if batches != 4 || singles != 0 {
+		t.Fatalf("%d SendMessageBatch and %d SendMessage requests for the plug and 25 messages, want 4 and 0", batches, singles)
 	}
-	for i, want := range []int{10, 10, 5} {
+	for i, want := range []int{1, 10, 10, 5} {
 		if got := len(f.batches[i]); got != want {
 			t.Errorf("batch %d has %d entries, want %d", i, got, want)
 		}
 	}
-	if len(f.sent) != 25 {
-		t.Errorf("%d messages sent, want 25", len(f.sent))
+	if len(f.sent) != 26 {
+		t.Errorf("%d messages sent, want 26", len(f.sent))
 	}
 }
 
-// A message waits at most the linger for company.
+// A lone caller never waits for company; a message that has company in
+// flight waits at most the linger.
 func TestPublishLingerSendsAlone(t *testing.T) {
 	f := newFakeSender(false)
-	p := lingerPublisher(f, 2*time.Millisecond, nil)
-	defer p.Close()
+	p := lingerPublisher(f, time.Hour, nil)
 	for i := range 3 {
 		if err := p.Publish("t", message.NewMessage("u", []byte("m"+strconv.Itoa(i)))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	_ = p.Close()
 	if batches, _ := f.counts(); batches != 3 {
 		t.Fatalf("%d requests for 3 sequential calls, want 3", batches)
+	}
+
+	f = newFakeSender(false)
+	p = lingerPublisher(f, 2*time.Millisecond, nil)
+	defer p.Close()
+	release := plug(t, p, f)
+	defer release()
+	if err := p.Publish("t", message.NewMessage("u", []byte("m"))); err != nil { // two in progress: it lingers
+		t.Fatal(err)
+	}
+	if batches, _ := f.counts(); batches != 2 {
+		t.Fatalf("%d requests, want 2", batches)
+	}
+}
+
+// A pool of producers publishing one message per call shares requests.
+func TestPublishLingerPoolOfProducers(t *testing.T) {
+	f := newFakeSender(false)
+	p := lingerPublisher(f, 20*time.Millisecond, nil)
+	const producers, each = 4, 50
+	var wg sync.WaitGroup
+	for g := range producers {
+		wg.Go(func() {
+			for i := range each {
+				if err := p.Publish("t", message.NewMessage("u", []byte(fmt.Sprint(g, i)))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_ = p.Close()
+	if batches, _ := f.counts(); batches >= producers*each {
+		t.Fatalf("%d requests for %d messages from %d producers: nothing shared", batches, producers*each, producers)
 	}
 }
 
@@ -201,8 +267,10 @@ func TestPublishLingerBoundsBatchesInFlight(t *testing.T) {
 	f := newFakeSender(false)
 	f.gate = make(chan struct{})
 	p := lingerPublisher(f, time.Hour, func(c *PublisherConfig) { c.PublishConcurrency = 2 })
-	wait := publishAll(p, "t", bodies("m", 30)...)
-	f.waitBatches(t, 2)
+	first := publishAll(p, "t", "first") // alone: at once
+	f.waitBatches(t, 1)
+	wait := publishAll(p, "t", bodies("m", 20)...)
+	f.waitBatches(t, 1)
 	waitQueued(t, p, 10)
 	if batches, _ := f.counts(); batches != 2 {
 		t.Fatalf("%d batches started with PublishConcurrency 2, want 2", batches)
@@ -210,7 +278,7 @@ func TestPublishLingerBoundsBatchesInFlight(t *testing.T) {
 	f.mu.Lock()
 	close(f.gate)
 	f.mu.Unlock()
-	for i, err := range wait() {
+	for i, err := range append(first(), wait()...) {
 		if err != nil {
 			t.Errorf("publish %d: %v", i, err)
 		}
@@ -226,10 +294,12 @@ func TestPublishLingerBoundsBatchesInFlight(t *testing.T) {
 func TestPublishLingerEntryErrorsGoToTheirCaller(t *testing.T) {
 	f := newFakeSender(false)
 	p := lingerPublisher(f, time.Hour, nil)
+	release := plug(t, p, f)
 	bs := bodies("m", 10)
 	bs[3] = "bad"
 	bs[6] = "flaky"
 	errs := publishAll(p, "t", bs...)()
+	release()
 	for i, err := range errs {
 		switch i {
 		case 3:
@@ -247,8 +317,8 @@ func TestPublishLingerEntryErrorsGoToTheirCaller(t *testing.T) {
 		}
 	}
 	_ = p.Close()
-	if batches, _ := f.counts(); batches != 2 { // the batch, the flaky entry again
-		t.Fatalf("%d requests, want 2", batches)
+	if batches, _ := f.counts(); batches != 3 { // the plug, the batch, the flaky entry again
+		t.Fatalf("%d requests, want 3", batches)
 	}
 }
 
@@ -316,6 +386,7 @@ func TestPublishLingerKeepsFIFOGroupOrder(t *testing.T) {
 func TestPublishLingerCancellationIsPerCaller(t *testing.T) {
 	f := newFakeSender(false)
 	p := lingerPublisher(f, time.Hour, nil)
+	release := plug(t, p, f)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	queued := message.NewMessage("queued", []byte("queued"))
@@ -330,8 +401,9 @@ func TestPublishLingerCancellationIsPerCaller(t *testing.T) {
 	}
 
 	// Now one of a full batch in flight.
+	hold := make(chan struct{})
 	f.mu.Lock()
-	f.gate = make(chan struct{})
+	f.hold["inflight"] = hold
 	f.mu.Unlock()
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	inFlight := message.NewMessage("inflight", []byte("inflight"))
@@ -344,13 +416,8 @@ func TestPublishLingerCancellationIsPerCaller(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled publish in flight: %v, want context.Canceled", err)
 	}
-	f.mu.Lock()
-	reqCtx := f.ctxs[0]
-	close(f.gate)
-	f.mu.Unlock()
-	if reqCtx.Err() != nil {
-		t.Fatal("one caller's cancellation cancelled the shared request")
-	}
+	close(hold) // the fake fails the request if its context was cancelled
+	release()
 	for i, err := range append(wait(), wait2()...) {
 		if err != nil {
 			t.Errorf("publish %d: %v", i, err)
@@ -362,8 +429,8 @@ func TestPublishLingerCancellationIsPerCaller(t *testing.T) {
 			t.Error("the withdrawn message was sent")
 		}
 	}
-	if len(f.sent) != 10 {
-		t.Errorf("%d messages sent, want 10 (a, b, inflight and 7 more)", len(f.sent))
+	if len(f.sent) != 11 {
+		t.Errorf("%d messages sent, want 11 (plug, a, b, inflight and 7 more)", len(f.sent))
 	}
 }
 
@@ -372,8 +439,10 @@ func TestPublishLingerCancellationIsPerCaller(t *testing.T) {
 func TestPublishLingerCloseFlushes(t *testing.T) {
 	f := newFakeSender(false)
 	p := lingerPublisher(f, time.Hour, nil)
+	release := plug(t, p, f)
 	wait := publishAll(p, "t", "a", "b", "c")
 	waitQueued(t, p, 3)
+	release()
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -382,8 +451,8 @@ func TestPublishLingerCloseFlushes(t *testing.T) {
 			t.Errorf("publish %d: %v", i, err)
 		}
 	}
-	if batches, _ := f.counts(); batches != 1 || len(f.sent) != 3 {
-		t.Fatalf("%d requests, %d sent; want 1 and 3", batches, len(f.sent))
+	if batches, _ := f.counts(); batches != 2 || len(f.sent) != 4 {
+		t.Fatalf("%d requests, %d sent; want 2 (the plug, the flush) and 4", batches, len(f.sent))
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -397,9 +466,11 @@ func TestPublishLingerCloseFlushes(t *testing.T) {
 func TestPublishLingerHoldsBatchBytes(t *testing.T) {
 	f := newFakeSender(false)
 	p := lingerPublisher(f, time.Hour, func(c *PublisherConfig) { c.MaxBatchBytes = 1000 })
+	release := plug(t, p, f)
 	body := strings.Repeat("x", 400)
 	wait := publishAll(p, "t", body, body, body, body, body)
 	f.waitBatches(t, 2) // two full batches of two (a third would exceed 1000 bytes)
+	release()
 	_ = p.Close()
 	for i, err := range wait() {
 		if err != nil {
@@ -415,7 +486,7 @@ func TestPublishLingerHoldsBatchBytes(t *testing.T) {
 			t.Errorf("batch %d: %d bytes, limit 1000", i, size)
 		}
 	}
-	if len(f.batches) != 3 {
-		t.Errorf("%d batches, want 3", len(f.batches))
+	if len(f.batches) != 4 {
+		t.Errorf("%d batches, want 4 (the plug, two, two, one)", len(f.batches))
 	}
 }

@@ -68,33 +68,37 @@ func runBatch[E any](ctx context.Context, entries []E, attempts int, send sendFu
 			wg    sync.WaitGroup
 			retry []int
 		)
-		for start := 0; start < len(pending); start += maxBatch {
+		sendChunk := func(chunk []int) {
+			es := make([]E, len(chunk))
+			for i, idx := range chunk {
+				es[i] = entries[idx]
+			}
+			failed, err := send(ctx, es)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, idx := range chunk {
+				errs[idx] = err
+			}
+			if err != nil {
+				return
+			}
+			for _, f := range failed {
+				if f.index < 0 || f.index >= len(chunk) {
+					continue
+				}
+				idx := chunk[f.index]
+				errs[idx] = f.err
+				if !f.err.SenderFault && attempt < attempts {
+					retry = append(retry, idx)
+				}
+			}
+		}
+		if len(pending) <= maxBatch {
+			sendChunk(pending) // one request: no goroutine
+		}
+		for start := 0; len(pending) > maxBatch && start < len(pending); start += maxBatch {
 			chunk := pending[start:min(start+maxBatch, len(pending))]
-			wg.Go(func() {
-				es := make([]E, len(chunk))
-				for i, idx := range chunk {
-					es[i] = entries[idx]
-				}
-				failed, err := send(ctx, es)
-				mu.Lock()
-				defer mu.Unlock()
-				for _, idx := range chunk {
-					errs[idx] = err
-				}
-				if err != nil {
-					return
-				}
-				for _, f := range failed {
-					if f.index < 0 || f.index >= len(chunk) {
-						continue
-					}
-					idx := chunk[f.index]
-					errs[idx] = f.err
-					if !f.err.SenderFault && attempt < attempts {
-						retry = append(retry, idx)
-					}
-				}
-			})
+			wg.Go(func() { sendChunk(chunk) })
 		}
 		wg.Wait()
 		pending = retry

@@ -125,6 +125,62 @@ func BenchmarkIdle(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishSequential publishes one message per Publish call from
+// one goroutine (300 messages at the default scale) with each of
+// PublishStrategies, BERTH_BENCH_ROUNDS times (default 3) in rotated order
+// so that load drifts and warm-up touch each alike, and reports each
+// strategy's median:
+//
+//	go test -run '^$' -bench PublishSequential -benchtime 1x ./internal/bench/sqsbench/
+func BenchmarkPublishSequential(b *testing.B) {
+	benchRounds(b, publishSequential, "publish_msg_per_s", "msg/s", "requests_per_published_msg", "req/published", "p99_ms", "p99-ms")
+}
+
+// BenchmarkPublishConcurrent publishes 1,000 msg/s, one message per
+// Publish call from 8 producers, for 5 s at the default scale, rounds as
+// BenchmarkPublishSequential.
+func BenchmarkPublishConcurrent(b *testing.B) {
+	benchRounds(b, publishConcurrent, "requests_per_published_msg", "req/published", "p99_ms", "p99-ms", "rtt_p99_ms", "rtt-p99-ms", "msg_per_s", "msg/s")
+}
+
+// benchRounds runs scenario for each of PublishStrategies in rotated
+// order, BERTH_BENCH_ROUNDS times, and reports the median of each metric
+// named in pairs (metric, unit) per strategy.
+func benchRounds(b *testing.B, scenario func(context.Context, *runEnv, Strategy) (bench.Result, error), metricUnits ...string) {
+	e := benchEnv(b)
+	rounds := 3
+	if v := os.Getenv("BERTH_BENCH_ROUNDS"); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			b.Fatalf("BERTH_BENCH_ROUNDS=%q: want a positive integer", v)
+		}
+	}
+	results := map[string][]bench.Result{}
+	for b.Loop() {
+		for r := range rounds {
+			for i := range PublishStrategies {
+				st := PublishStrategies[(i+r)%len(PublishStrategies)]
+				res, err := scenario(context.Background(), e, st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				results[st.Name] = append(results[st.Name], res)
+				report(b, res, nil)
+			}
+		}
+	}
+	for _, st := range PublishStrategies {
+		for i := 0; i+1 < len(metricUnits); i += 2 {
+			var vs []float64
+			for _, r := range results[st.Name] {
+				vs = append(vs, r.Metrics[metricUnits[i]])
+			}
+			slices.Sort(vs)
+			b.ReportMetric(vs[len(vs)/2], st.Name+"-"+metricUnits[i+1])
+		}
+	}
+}
+
 func TestCounter(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "{}")
@@ -177,7 +233,7 @@ func TestScenariosRegistered(t *testing.T) {
 	for _, s := range bench.Scenarios() {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{ScenarioBacklog, ScenarioSteady, ScenarioIdle} {
+	for _, want := range []string{ScenarioBacklog, ScenarioSteady, ScenarioIdle, ScenarioPublishSequential, ScenarioPublishConcurrent} {
 		if !slices.Contains(names, want) {
 			t.Errorf("scenario %s not registered (have %v)", want, names)
 		}
