@@ -129,10 +129,10 @@ type coalescer struct {
 	queue    []*coalesced
 	running  int
 	flushing bool
-	active   int       // calls in do
-	peak     int       // most calls in do at once since window began
-	lastPeak int       // the same in the window before
-	window   time.Time // when the current peak window began
+	active   int         // calls in do
+	peak     int         // most calls in do at once since window began
+	lastPeak int         // the same in the window before
+	window   time.Time   // when the current peak window began
 	timer    *time.Timer // fires when the head of queue has waited linger
 	wg       sync.WaitGroup
 }
