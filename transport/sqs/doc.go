@@ -39,6 +39,18 @@
 // [transport.ErrMessageTooLarge] naming the limit. Message contexts are
 // honoured: a message whose context is done is not sent.
 //
+// A Publish of one message sends one SendMessage. With
+// PublisherConfig.PublishLinger (URL publish_linger) the single messages of
+// concurrent Publish calls to one queue (or SNS topic) share batch
+// requests instead: a batch goes when it holds 10 messages or
+// MaxBatchBytes, when it holds as many messages as the most calls lately
+// in progress at once (so a lone caller never waits, and a pool of n
+// producers sends batches of n), or PublishLinger after its first message,
+// with up to PublishConcurrency batches in flight per queue. Each call
+// returns once its own message is sent or failed, with its own entry's
+// error; on FIFO queues each group's messages keep the order of the calls
+// that returned. Close sends what waits and waits for it.
+//
 // Messages are encoded by the configured [Codec] (PublisherConfig.Codec,
 // SubscriberConfig.Codec, URL parameter codec), by default [BerthCodec]:
 // metadata becomes String message attributes, never more than SQS's 10: the
@@ -136,7 +148,7 @@
 // endpoint, secure, request_attempts, create, fifo, content_dedup,
 // max_message_size, dead_letter_queue, max_receive_count, sns, codec
 // (berth, watermill-aws). Publisher:
-// publish_concurrency. Subscriber: consumer_group, wait_time,
+// publish_concurrency, publish_linger. Subscriber: consumer_group, wait_time,
 // visibility_timeout, settle_interval and the pipeline's (concurrency,
 // buffer, max_attempts, retry_delay, …). Unknown parameters are rejected,
 // naming the accepted ones.

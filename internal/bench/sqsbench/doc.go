@@ -5,7 +5,7 @@
 //
 // # Scenarios
 //
-// The package registers three scenarios with package bench when imported:
+// The package registers five scenarios with package bench when imported:
 //
 //   - "sqs/backlog": publish 10,000 messages, then consume them with 16
 //     handlers that ack at once, until the queue is empty. Metrics:
@@ -19,6 +19,17 @@
 //     16 handlers each. Metrics: requests_per_minute_idle and
 //     outstanding_long_polls (the most ReceiveMessage calls in flight at
 //     once).
+//   - "sqs/publish-sequential": 3,000 messages, one Publish call after the
+//     other from one goroutine. Metrics: publish_msg_per_s,
+//     requests_per_published_msg, p50_ms, p99_ms, rtt_p50_ms, rtt_p99_ms
+//     (API calls as the SDK's caller sees them).
+//   - "sqs/publish-concurrent": 1,000 messages a second for 30 s, each by
+//     its own Publish call from a pool of 8 producers. Metrics:
+//     requests_per_published_msg, msg_per_s, p50_ms, p99_ms (Publish
+//     calls), rtt_p99_ms, arrival_p99_ms.
+//
+// The publish scenarios compare PublishStrategies: Berth, BerthLinger
+// (PublishLinger 8ms) and WatermillAWS.
 //
 // bench.Env.Scale multiplies the backlog and the durations (the idle window
 // is rounded up to whole 20 s long polls).
