@@ -490,3 +490,24 @@ func TestPublishLingerHoldsBatchBytes(t *testing.T) {
 		t.Errorf("%d batches, want 4 (the plug, two, two, one)", len(f.batches))
 	}
 }
+
+// The URL parameter publish_linger sets PublishLinger, from 0 to 1s.
+func TestPublishLingerURLAndValidation(t *testing.T) {
+	ctx := context.Background()
+	pub, err := transport.OpenPublisher(ctx, "sqs://test:test@127.0.0.1:1?region=us-east-1&publish_linger=5ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.(*Publisher).cfg.PublishLinger; got != 5*time.Millisecond {
+		t.Errorf("PublishLinger = %s, want 5ms", got)
+	}
+	_ = pub.Close()
+	for _, u := range []string{"sqs://127.0.0.1:1?publish_linger=2s", "sqs://127.0.0.1:1?publish_linger=-1ms", "sqs://127.0.0.1:1?publish_linger=soon"} {
+		if _, err := transport.OpenPublisher(ctx, u); !errors.Is(err, transport.ErrInvalidConfig) {
+			t.Errorf("OpenPublisher(%s) = %v, want ErrInvalidConfig", u, err)
+		}
+	}
+	if err := (PublisherConfig{PublishLinger: -time.Millisecond}).Validate(); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "PublishLinger") {
+		t.Errorf("Validate = %v, want ErrInvalidConfig naming PublishLinger", err)
+	}
+}
