@@ -179,6 +179,21 @@ func TestBenchList(t *testing.T) {
 	}
 }
 
+// The real scenarios are registered (scenarios.go): sql/idle is listed, is
+// named as a positional argument, and needs PostgreSQL alone.
+func TestBenchSQLIdleRegistered(t *testing.T) {
+	out := mustRun(t, "bench", "--list")
+	if !strings.Contains(out, "sql/idle (needs: postgres)") {
+		t.Fatalf("--list lacks sql/idle:\n%s", out)
+	}
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "bench", "sql/idle", "--out", dir, "--postgres-url", "", "--sqlserver-url", "sqlserver://unused")
+	if code != 1 || errs != "skip sql/idle: needs postgres (--postgres-url or BERTH_TEST_POSTGRES_URL)\n"+
+		"berth bench: 1 scenario(s) skipped: sql/idle (configure what they need, or pass --allow-skip)\n" {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
 // --sqlserver-url (default $BERTH_TEST_SQLSERVER_URL) reaches the scenario;
 // its results on SQL Server get their own charts and lines; a scenario that
 // needs one of PostgreSQL and SQL Server runs with either and is skipped

@@ -2,8 +2,8 @@
 // transport against a classic peek-then-fan-out receive and against
 // github.com/ThreeDotsLabs/watermill-sql/v4, on the same database, back to
 // back in the same run; and Berth's SQL Server transport alone on SQL Server
-// (see SQL Server below). Importing it registers the scenarios sql/steady
-// and sql/drain with package bench, for `berth bench`, which runs them on
+// (see SQL Server below). Importing it registers the scenarios sql/steady,
+// sql/drain and sql/idle with package bench, for `berth bench`, which runs them on
 // each database it is given; the Go benchmarks BenchmarkSteady and
 // BenchmarkDrain (PostgreSQL) and BenchmarkSQLServerSteady and
 // BenchmarkSQLServerDrain run them at a reduced scale:
@@ -21,6 +21,16 @@
 // message per Publish call). sql/drain: a 20,000-message backlog, published
 // before the subscribers start, drained by 1, 4 and 12 instances with a 1 ms
 // handler. bench.Env.Scale shortens the steady run and shrinks the backlog.
+//
+// sql/idle (RunIdle; also BenchmarkIdle, configured by BERTH_IDLE_*
+// variables): 50 queues × 1 and 3 instances, each instance with its own
+// pool subscribing to every queue, nothing published; after a 30 s warm-up,
+// the transactions per second over a 60 s window of a database the run
+// creates for itself (pg_stat_database), per listener, the connections, then
+// the first-message latency after idle. PostgreSQL only, Berth alone (River,
+// side by side, is the separate module internal/bench/river, which keeps it
+// out of Berth's go.mod). bench.Env.Scale shortens the warm-up, the window
+// and the pause between the two latency rounds.
 //
 // # Strategies
 //

@@ -9,14 +9,20 @@ import (
 )
 
 // Importing the package registers its scenarios; `berth bench` runs them on
-// PostgreSQL, on SQL Server, or on both, whichever is configured.
+// PostgreSQL, on SQL Server, or on both, whichever is configured, and
+// sql/idle on PostgreSQL alone.
 func Example() {
 	for _, s := range bench.Scenarios() {
-		if strings.HasPrefix(s.Name, "sql/") {
+		switch {
+		case !strings.HasPrefix(s.Name, "sql/"):
+		case len(s.Needs) > 0:
+			fmt.Println(s.Name, "needs", s.Needs)
+		default:
 			fmt.Println(s.Name, "needs one of", s.NeedsOneOf)
 		}
 	}
 	// Output:
 	// sql/drain needs one of [postgres sqlserver]
+	// sql/idle needs [postgres]
 	// sql/steady needs one of [postgres sqlserver]
 }

@@ -49,6 +49,9 @@ type IdleConfig struct {
 	IdleProbeMax time.Duration
 	// SkipLatency skips the first-message latency measurement.
 	SkipLatency bool
+	// Settle is the pause between the two latency rounds, for the queues
+	// to go idle again. Defaults to 2 × sqlqueue.DefaultIdleProbeMax.
+	Settle time.Duration
 }
 
 // IdleResult is what an idle run measured.
@@ -85,6 +88,9 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (res IdleResult, err error) {
 	}
 	if cfg.Window == 0 {
 		cfg.Window = time.Minute
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = 2 * sqlqueue.DefaultIdleProbeMax
 	}
 	var (
 		open    func(conns int) (*sql.DB, error)
@@ -267,7 +273,7 @@ FROM pg_stat_database WHERE datname = $1`, name).Scan(&n, &c)
 		return res, err
 	}
 	// Let the queues go idle again before the in-process round.
-	if err := sleepCtx(ctx, 2*sqlqueue.DefaultIdleProbeMax); err != nil {
+	if err := sleepCtx(ctx, cfg.Settle); err != nil {
 		return res, err
 	}
 	ls, err := latency(dbs[0])

@@ -15,6 +15,7 @@ import (
 const (
 	ScenarioSteady = "sql/steady"
 	ScenarioDrain  = "sql/drain"
+	ScenarioIdle   = "sql/idle"
 )
 
 // Full sizes of the scenarios (bench.Env.Scale = 1), from issue 3.
@@ -64,6 +65,14 @@ func init() {
 			"Berth vs a peek-then-fan-out baseline vs watermill-sql; on SQL Server: Berth alone", DrainBacklog, DrainInstances, DrainHandler),
 		NeedsOneOf: []string{ServicePostgres, ServiceSQLServer},
 		Run:        RunDrain,
+	})
+	bench.Register(bench.Scenario{
+		Name: ScenarioIdle,
+		Description: fmt.Sprintf("%d queues × %v instances listening on PostgreSQL, nothing published for %s after a %s warm-up: "+
+			"the database's transactions per second (pg_stat_database), per listener, connections, then the first-message latency after idle; Berth alone",
+			IdleQueues, IdleInstances, IdleWindow, IdleWarmup),
+		Needs: []string{ServicePostgres},
+		Run:   RunIdleScenario,
 	})
 }
 
