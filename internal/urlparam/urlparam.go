@@ -14,7 +14,9 @@ import (
 )
 
 // Params reads a URL's query. Use its getters, then Err: Err also reports
-// every parameter that no getter asked for.
+// every parameter that no getter asked for. A parameter may be read more
+// than once (by a publisher's and a subscriber's parser over one URL): each
+// distinct problem is reported once.
 type Params struct {
 	q    url.Values
 	used map[string]bool
@@ -108,6 +110,8 @@ func (p *Params) Fail(name, format string, args ...any) {
 }
 
 // Err returns every problem found, including parameters nobody read, or nil.
+// A problem found more than once (the same parameter read twice) is
+// reported once.
 func (p *Params) Err() error {
 	var unknown []string
 	for k := range p.q {
@@ -115,7 +119,14 @@ func (p *Params) Err() error {
 			unknown = append(unknown, k)
 		}
 	}
-	errs := p.errs
+	var errs []error
+	seen := make(map[string]bool, len(p.errs))
+	for _, err := range p.errs {
+		if msg := err.Error(); !seen[msg] {
+			seen[msg] = true
+			errs = append(errs, err)
+		}
+	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		known := make([]string, 0, len(p.used))

@@ -52,3 +52,22 @@ func TestEveryProblemNamed(t *testing.T) {
 		}
 	}
 }
+
+// A publisher's and a subscriber's parser may both read a parameter of one
+// URL: each problem is reported once.
+func TestReadTwiceReportsOnce(t *testing.T) {
+	p := parse(t, "n=eleven&s=a&s=b")
+	for range 2 {
+		p.Int("n", 1, 0, 10)
+		p.String("s", "")
+	}
+	err := p.Err()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`parameter "n": "eleven"`, `parameter "s": given 2 times`} {
+		if n := strings.Count(err.Error(), want); n != 1 {
+			t.Errorf("%q reported %d times:\n%v", want, n, err)
+		}
+	}
+}
