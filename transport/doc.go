@@ -30,8 +30,11 @@
 //
 //	sub, err := transport.OpenSubscriber(ctx, os.Getenv("BERTH_URL"))
 //
-// Query parameters map to config fields (see [PipelineConfig.ParseURL]); an
-// unknown or invalid parameter is an error that names it.
+// Query parameters map to config fields (see [PipelineConfig.ParseURL]). A
+// URL names a destination and how to use it, so one URL serves both sides:
+// each side accepts the other side's known parameters (checked, then
+// ignored). An unknown or invalid parameter is an error that names it and
+// lists the accepted ones.
 //
 // # Batching accounting
 //

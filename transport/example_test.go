@@ -25,7 +25,7 @@ func ExampleOpenSubscriber() {
 	_ = sub.Close()
 	// Output:
 	// true
-	// mem: parameter "concurrency": "many" is not an integer from 1 to 1048576
+	// mem: berth: invalid config: parameter "concurrency": "many" is not an integer from 1 to 1048576
 	// <nil>
 }
 

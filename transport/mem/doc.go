@@ -9,7 +9,9 @@
 // mem://NAME selects the process-wide broker called NAME (created on first
 // use), so a publisher and a subscriber opened from the same URL talk to
 // each other. Query parameters: consumer_group, visibility_timeout and the
-// pipeline's (concurrency, buffer, max_attempts, retry_delay, …).
+// pipeline's (concurrency, buffer, max_attempts, retry_delay, …); a
+// publisher accepts them too (checked, then ignored), so one URL serves
+// both sides.
 //
 // # Delays
 //

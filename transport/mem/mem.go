@@ -148,13 +148,26 @@ func brokerOf(u *url.URL) (*Broker, error) {
 	return Named(name), nil
 }
 
+// parseSubscriber reads a subscriber's URL parameters into cfg:
+// consumer_group, visibility_timeout and the pipeline's. Publishers have
+// none of their own.
+func parseSubscriber(p *urlparam.Params, cfg *SubscriberConfig) {
+	cfg.ConsumerGroup = p.String("consumer_group", "")
+	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Millisecond, 12*time.Hour)
+	cfg.Pipeline.ParseURL(p)
+}
+
 func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {
 	b, err := brokerOf(u)
 	if err != nil {
 		return nil, err
 	}
-	if err := urlparam.New(u.Query()).Err(); err != nil {
-		return nil, fmt.Errorf("mem: %w", err)
+	// One URL serves both sides: the subscriber's parameters are checked,
+	// then ignored.
+	p := urlparam.New(u.Query())
+	parseSubscriber(p, new(SubscriberConfig))
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}
 	return NewPublisher(PublisherConfig{Broker: b}, o.Logger)
 }
@@ -166,11 +179,9 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	}
 	p := urlparam.New(u.Query())
 	cfg := SubscriberConfig{Broker: b}
-	cfg.ConsumerGroup = p.String("consumer_group", "")
-	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Millisecond, 12*time.Hour)
-	cfg.Pipeline.ParseURL(p)
+	parseSubscriber(p, &cfg)
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("mem: %w", err)
+		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}
 	return NewSubscriber(cfg, o.Logger)
 }

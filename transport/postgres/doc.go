@@ -6,8 +6,10 @@
 // Importing the package registers the schemes postgres:// and
 // postgresql://. Connection parameters (sslmode, search_path,
 // application_name, …) go to pgx; Berth's parameters (concurrency,
-// consumer_group, lease, max_conns, schema, …) configure the transport;
-// anything else is rejected, naming itself.
+// consumer_group, lease, max_conns, schema, …) configure the transport.
+// One URL serves both sides: a publisher accepts (checks, then ignores) the
+// subscriber's parameters and a subscriber the publisher's; anything else
+// is rejected, naming itself.
 //
 //	sub, err := transport.OpenSubscriber(ctx, "postgres://app@db/app?sslmode=disable&consumer_group=billing")
 //

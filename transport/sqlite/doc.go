@@ -6,8 +6,9 @@
 //
 // Importing the package registers sqlite://: sqlite:///abs/path.db,
 // sqlite://relative.db, or sqlite://:memory: (one in-memory database shared
-// by the whole process). Query parameters configure the transport; unknown
-// ones are rejected, naming themselves.
+// by the whole process). Query parameters configure the transport; one URL
+// serves both sides (each accepts, checks and ignores the other side's
+// parameters); unknown ones are rejected, naming themselves.
 //
 // # Concurrency
 //

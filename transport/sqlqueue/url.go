@@ -17,9 +17,16 @@ func (t *Tables) ParseURL(p *urlparam.Params) {
 
 // ParseURL reads the subscriber's URL parameters from p: the pipeline's
 // (see transport.PipelineConfig.ParseURL), the tables', and consumer_group,
-// lease, fetch_timeout, sweep_interval. Dialect drivers call it; problems
-// are recorded in p.
+// lease, fetch_timeout, sweep_interval, wake_debounce, settle_linger. One
+// URL serves both sides, so the publisher's parameters (see
+// PublisherConfig.ParseURL) are accepted too: checked, then ignored.
+// Dialect drivers call it; problems are recorded in p.
 func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
+	c.parseURL(p)
+	new(PublisherConfig).parseURL(p)
+}
+
+func (c *SubscriberConfig) parseURL(p *urlparam.Params) {
 	c.Pipeline.ParseURL(p)
 	c.Tables.ParseURL(p)
 	c.ConsumerGroup = p.String("consumer_group", c.ConsumerGroup)
@@ -32,8 +39,15 @@ func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
 }
 
 // ParseURL reads the publisher's URL parameters from p: the tables', and
-// max_message_size, delay, ttl, subscriptions_ttl.
+// max_message_size, delay, ttl, subscriptions_ttl. One URL serves both
+// sides, so the subscriber's parameters (see SubscriberConfig.ParseURL) are
+// accepted too: checked, then ignored.
 func (c *PublisherConfig) ParseURL(p *urlparam.Params) {
+	c.parseURL(p)
+	new(SubscriberConfig).parseURL(p)
+}
+
+func (c *PublisherConfig) parseURL(p *urlparam.Params) {
 	c.Tables.ParseURL(p)
 	c.MaxMessageSize = p.Int("max_message_size", c.MaxMessageSize, 1, 1<<30)
 	c.Delay = p.Duration("delay", c.Delay, 0, 365*24*time.Hour)

@@ -27,7 +27,9 @@
 // restart_queue, check_interval), the engine's (schema, table_prefix,
 // manual_schema; subscribers: consumer_group, lease, fetch_timeout,
 // sweep_interval; publishers: max_message_size, delay, ttl) and max_conns.
-// Any other parameter is an error naming it and listing those accepted.
+// One URL serves both sides: each side accepts the other side's parameters
+// (checked, then ignored). Any other parameter is an error naming it and
+// listing those accepted.
 //
 // # Requirements
 //

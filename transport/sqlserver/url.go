@@ -71,8 +71,9 @@ func splitURL(u *url.URL) (dsn string, maxConns int, p *urlparam.Params) {
 
 // ParsePublisherURL returns the publisher config a sqlserver:// URL
 // describes: go-mssqldb's parameters stay in DSN, Berth's set the fields.
-// An unknown or invalid parameter is an error naming it, wrapped in
-// transport.ErrInvalidConfig.
+// The subscriber's parameters are accepted too (checked, then ignored): one
+// URL serves both sides. An unknown or invalid parameter is an error naming
+// it, wrapped in transport.ErrInvalidConfig.
 func ParsePublisherURL(u *url.URL) (PublisherConfig, error) {
 	var cfg PublisherConfig
 	dsn, maxConns, p := splitURL(u)
@@ -85,7 +86,8 @@ func ParsePublisherURL(u *url.URL) (PublisherConfig, error) {
 }
 
 // ParseSubscriberURL returns the subscriber config a sqlserver:// URL
-// describes (see ParsePublisherURL).
+// describes (see ParsePublisherURL; the publisher's parameters are
+// accepted, checked and ignored).
 func ParseSubscriberURL(u *url.URL) (SubscriberConfig, error) {
 	var cfg SubscriberConfig
 	dsn, maxConns, p := splitURL(u)

@@ -85,9 +85,13 @@ func TestParseURLBadParameterNamesItself(t *testing.T) {
 			t.Errorf("unknown parameter error %v does not mention %s", err, w)
 		}
 	}
-	// A publisher rejects subscriber-only parameters.
-	if _, err := ParsePublisherURL(mustURL(t, "sqlserver://localhost?lease=10s")); !errors.Is(err, transport.ErrInvalidConfig) {
-		t.Errorf("publisher with lease: %v", err)
+	// One URL serves both sides: a publisher accepts the subscriber's
+	// parameters, and checks them.
+	if _, err := ParsePublisherURL(mustURL(t, "sqlserver://localhost?lease=10s&max_attempts=3")); err != nil {
+		t.Errorf("publisher with lease and max_attempts: %v", err)
+	}
+	if _, err := ParsePublisherURL(mustURL(t, "sqlserver://localhost?lease=forever")); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), `"lease"`) {
+		t.Errorf("publisher with lease=forever: %v", err)
 	}
 }
 

@@ -150,8 +150,10 @@
 // (berth, watermill-aws). Publisher:
 // publish_concurrency, publish_linger. Subscriber: consumer_group, wait_time,
 // visibility_timeout, settle_interval and the pipeline's (concurrency,
-// buffer, max_attempts, retry_delay, …). Unknown parameters are rejected,
-// naming the accepted ones.
+// buffer, max_attempts, retry_delay, …). One URL serves both sides: each
+// side accepts the other side's parameters (checked, then ignored), so a
+// publisher may be opened from a URL carrying max_attempts. A parameter
+// neither side knows is rejected, naming it and the accepted ones.
 //
 // # Counting requests
 //

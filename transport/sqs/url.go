@@ -55,14 +55,32 @@ func parseClient(u *url.URL, p *urlparam.Params, c *ClientConfig, q *QueueConfig
 	q.MaxReceiveCount = p.Int("max_receive_count", 0, -1, 1000)
 }
 
+// parsePublisher reads the publisher's own parameters into cfg.
+func parsePublisher(p *urlparam.Params, cfg *PublisherConfig) {
+	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
+	cfg.PublishLinger = p.Duration("publish_linger", 0, 0, MaxPublishLinger)
+}
+
+// parseSubscriber reads the subscriber's own parameters into cfg, the
+// pipeline's included.
+func parseSubscriber(p *urlparam.Params, cfg *SubscriberConfig) {
+	cfg.ConsumerGroup = p.String("consumer_group", "")
+	cfg.WaitTime = p.Duration("wait_time", 0, -1, 20*time.Second)
+	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Second, MaxVisibilityTimeout)
+	cfg.SettleInterval = p.Duration("settle_interval", 0, -1, time.Minute)
+	cfg.Pipeline.ParseURL(p)
+}
+
 func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {
 	p := urlparam.New(u.Query())
 	var cfg PublisherConfig
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
 	cfg.SNS = p.Bool("sns", false)
-	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
-	cfg.PublishLinger = p.Duration("publish_linger", 0, 0, MaxPublishLinger)
 	cfg.Codec = parseCodec(p)
+	parsePublisher(p, &cfg)
+	// One URL serves both sides: the subscriber's parameters are checked,
+	// then ignored.
+	parseSubscriber(p, new(SubscriberConfig))
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
 	}
@@ -74,12 +92,11 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	var cfg SubscriberConfig
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
 	cfg.SNS = p.Bool("sns", false)
-	cfg.ConsumerGroup = p.String("consumer_group", "")
-	cfg.WaitTime = p.Duration("wait_time", 0, -1, 20*time.Second)
-	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Second, MaxVisibilityTimeout)
-	cfg.SettleInterval = p.Duration("settle_interval", 0, -1, time.Minute)
 	cfg.Codec = parseCodec(p)
-	cfg.Pipeline.ParseURL(p)
+	parseSubscriber(p, &cfg)
+	// One URL serves both sides: the publisher's parameters are checked,
+	// then ignored.
+	parsePublisher(p, new(PublisherConfig))
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
 	}
