@@ -70,8 +70,10 @@
 //
 // # Sources and pingers
 //
-// A Source is anything with ListenerStates, such as a *transport.Subscriber;
-// register each subscriber under a name with Handler.AddSource. A Pinger
+// A Source is anything with ListenerStates: a subscriber opened by URL
+// (transport.OpenSubscriber returns a transport.StatefulSubscriber), any
+// transport's subscriber, or a batching.Subscriber over one. Register each
+// subscriber under a name with Handler.AddSource. A Pinger
 // checks broker connectivity: PingFunc(db.PingContext) for a SQL database, a
 // GetQueueAttributes call for an SQS queue. Pingers run concurrently on
 // /readyz and /healthz, each bounded by Config.PingTimeout.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-go/berth/health"
 	"github.com/berth-go/berth/transport"
+	_ "github.com/berth-go/berth/transport/mem" // registers mem://
 )
 
 // fixedClock makes the example's output deterministic.
@@ -137,4 +138,40 @@ func ExampleCheck() {
 	// down
 	// true
 	// berth: not ready: orders/orders.created: paused
+}
+
+// A subscriber opened by URL goes to the handler as it is:
+// transport.OpenSubscriber returns a transport.StatefulSubscriber, a
+// Watermill subscriber that reports its listeners' states.
+func ExampleHandler_AddSource() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := transport.OpenSubscriber(ctx, "mem://example-health?concurrency=4&max_attempts=3")
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+
+	h, err := health.NewHandler(health.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := h.AddSource("orders", sub); err != nil {
+		panic(err)
+	}
+
+	if _, err := sub.Subscribe(ctx, "orders.created"); err != nil {
+		panic(err)
+	}
+	// Ready once the listener's first receive has returned.
+	ready := func() bool { return h.Report(ctx).Ready }
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); !ready() && time.Now().Before(deadline); {
+		<-tick.C
+	}
+	r := h.Report(ctx)
+	fmt.Println(r.Ready, r.Listeners[0].Source, r.Listeners[0].Name, r.Listeners[0].Reason)
+	// Output:
+	// true orders orders.created ok
 }

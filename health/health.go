@@ -8,8 +8,10 @@ import (
 	"github.com/berth-go/berth/transport"
 )
 
-// A Source is what health reads: a set of listeners. *transport.Subscriber
-// (and every transport's subscriber, which wraps one) implements it.
+// A Source is what health reads: a set of listeners. What
+// transport.OpenSubscriber returns (a transport.StatefulSubscriber),
+// *transport.Subscriber, every transport's subscriber (which is or embeds
+// one) and a batching.Subscriber over any of them implement it.
 //
 // ListenerStates is called once per probe and must be cheap and safe for
 // concurrent use. A listener that no longer exists (its Subscribe ended)

@@ -15,9 +15,28 @@ import (
 
 // A Driver opens publishers and subscribers for one URL scheme. Transport
 // packages register theirs in init, as database/sql drivers do.
+//
+// A URL names a destination and how to use it, so one URL serves both
+// sides: each method accepts the other side's known parameters (checking
+// them, then ignoring them) and rejects, with an error wrapping
+// ErrInvalidConfig, a parameter neither side knows, naming it and listing
+// the accepted ones.
 type Driver interface {
 	OpenPublisher(ctx context.Context, u *url.URL, opts Options) (message.Publisher, error)
-	OpenSubscriber(ctx context.Context, u *url.URL, opts Options) (message.Subscriber, error)
+	OpenSubscriber(ctx context.Context, u *url.URL, opts Options) (StatefulSubscriber, error)
+}
+
+// A StatefulSubscriber is a Watermill message.Subscriber whose listeners
+// report their state. OpenSubscriber returns one, and every Berth
+// subscriber is one (*Subscriber, and each transport's subscriber, which is
+// or embeds one), so it goes as it is to health (Handler.AddSource, Check)
+// and telemetry (RegisterSubscriber).
+type StatefulSubscriber interface {
+	message.Subscriber
+	// ListenerStates returns a snapshot of every running listener: one
+	// per Subscribe call whose context is not done. It is cheap and safe
+	// for concurrent use.
+	ListenerStates() []ListenerState
 }
 
 // Options are the settings a URL cannot carry.
@@ -100,7 +119,9 @@ func options(opts []Option) Options {
 }
 
 // OpenPublisher opens a Watermill publisher for rawURL, whose scheme selects
-// the transport (mem://, postgres://, sqlite://, sqlserver://, sqs://).
+// the transport (mem://, postgres://, sqlite://, sqlserver://, sqs://). The
+// subscriber's parameters are accepted too, so one URL serves both sides;
+// an unknown or invalid parameter is an error naming it.
 func OpenPublisher(ctx context.Context, rawURL string, opts ...Option) (message.Publisher, error) {
 	d, u, err := lookup(rawURL)
 	if err != nil {
@@ -110,9 +131,12 @@ func OpenPublisher(ctx context.Context, rawURL string, opts ...Option) (message.
 }
 
 // OpenSubscriber opens a Watermill subscriber for rawURL, whose scheme
-// selects the transport. Query parameters map to config fields; an unknown or
-// invalid one is an error naming it.
-func OpenSubscriber(ctx context.Context, rawURL string, opts ...Option) (message.Subscriber, error) {
+// selects the transport. Query parameters map to config fields; the
+// publisher's are accepted too (one URL serves both sides); an unknown or
+// invalid one is an error naming it. The subscriber reports its listeners'
+// states: pass it to health.Handler.AddSource or
+// telemetry.RegisterSubscriber as it is.
+func OpenSubscriber(ctx context.Context, rawURL string, opts ...Option) (StatefulSubscriber, error) {
 	d, u, err := lookup(rawURL)
 	if err != nil {
 		return nil, err

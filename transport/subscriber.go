@@ -57,6 +57,7 @@ type Subscriber struct {
 var (
 	_ message.Subscriber           = (*Subscriber)(nil)
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
+	_ StatefulSubscriber           = (*Subscriber)(nil)
 )
 
 // NewSubscriber validates cfg and returns a subscriber.

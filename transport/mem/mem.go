@@ -169,10 +169,14 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) 
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewPublisher(PublisherConfig{Broker: b}, o.Logger)
+	pub, err := NewPublisher(PublisherConfig{Broker: b}, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return pub, nil
 }
 
-func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (message.Subscriber, error) {
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (transport.StatefulSubscriber, error) {
 	b, err := brokerOf(u)
 	if err != nil {
 		return nil, err
@@ -183,5 +187,11 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewSubscriber(cfg, o.Logger)
+	// Not NewSubscriber's result as it is: a nil *Subscriber in a
+	// non-nil interface on error.
+	sub, err := NewSubscriber(cfg, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
 }

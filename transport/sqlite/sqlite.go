@@ -155,10 +155,14 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewPublisher(cfg, opts.Logger)
+	pub, err := NewPublisher(cfg, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return pub, nil
 }
 
-func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Options) (message.Subscriber, error) {
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Options) (transport.StatefulSubscriber, error) {
 	path, err := PathFromURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
@@ -169,7 +173,13 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewSubscriber(cfg, opts.Logger)
+	// Not NewSubscriber's result as it is: a nil *Subscriber in a
+	// non-nil interface on error.
+	sub, err := NewSubscriber(cfg, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
 
 // filePool opens the process-wide pool of path, for sqlqueue.Build.

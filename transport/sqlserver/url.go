@@ -104,13 +104,23 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 	if err != nil {
 		return nil, err
 	}
-	return NewPublisher(cfg, opts.Logger)
+	pub, err := NewPublisher(cfg, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return pub, nil
 }
 
-func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Options) (message.Subscriber, error) {
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Options) (transport.StatefulSubscriber, error) {
 	cfg, err := ParseSubscriberURL(u)
 	if err != nil {
 		return nil, err
 	}
-	return NewSubscriber(cfg, opts.Logger)
+	// Not NewSubscriber's result as it is: a nil *Subscriber in a
+	// non-nil interface on error.
+	sub, err := NewSubscriber(cfg, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
 }

@@ -84,10 +84,14 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) 
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewPublisher(cfg, o.Logger)
+	pub, err := NewPublisher(cfg, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return pub, nil
 }
 
-func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (message.Subscriber, error) {
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (transport.StatefulSubscriber, error) {
 	p := urlparam.New(u.Query())
 	var cfg SubscriberConfig
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
@@ -100,5 +104,11 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
 	}
-	return NewSubscriber(cfg, o.Logger)
+	// Not NewSubscriber's result as it is: a nil *Subscriber in a
+	// non-nil interface on error.
+	sub, err := NewSubscriber(cfg, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
