@@ -39,10 +39,19 @@ type StatefulSubscriber interface {
 	ListenerStates() []ListenerState
 }
 
-// Options are the settings a URL cannot carry.
+// Options are the settings a URL cannot carry. The zero value is the
+// defaults.
 type Options struct {
 	// Logger receives the transport's logs; nil discards them.
 	Logger watermill.LoggerAdapter
+
+	// Observer receives a subscriber's pipeline events, for metrics and
+	// traces: every driver sets it as its subscriber's
+	// PipelineConfig.Observer. telemetry.NewObserver builds one over
+	// OpenTelemetry (with the global meter and tracer providers unless
+	// its Config names others). Publishers have no pipeline and ignore
+	// it; wrap them with telemetry.Publisher. Defaults to nil (none).
+	Observer Observer
 }
 
 // Option sets an Options field.
@@ -50,6 +59,10 @@ type Option func(*Options)
 
 // WithLogger sets the logger.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(o *Options) { o.Logger = l } }
+
+// WithObserver sets the observer of a subscriber's pipeline (see
+// Options.Observer).
+func WithObserver(obs Observer) Option { return func(o *Options) { o.Observer = obs } }
 
 var (
 	driversMu sync.RWMutex

@@ -184,6 +184,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	p := urlparam.New(u.Query())
 	cfg := SubscriberConfig{Broker: b}
 	parseSubscriber(p, &cfg)
+	cfg.Pipeline.Observer = o.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}

@@ -145,6 +145,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	var cfg SubscriberConfig
 	cfg.DSN, cfg.MaxOpenConns = parseURL(u, p)
 	cfg.SubscriberConfig.ParseURL(p)
+	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 	}

@@ -170,6 +170,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	p := urlparam.New(u.Query())
 	cfg := SubscriberConfig{Path: path}
 	cfg.SubscriberConfig.ParseURL(p)
+	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 	}

@@ -116,6 +116,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	if err != nil {
 		return nil, err
 	}
+	cfg.Pipeline.Observer = opts.Observer
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.
 	sub, err := NewSubscriber(cfg, opts.Logger)

@@ -98,6 +98,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	cfg.SNS = p.Bool("sns", false)
 	cfg.Codec = parseCodec(p)
 	parseSubscriber(p, &cfg)
+	cfg.Pipeline.Observer = o.Observer
 	// One URL serves both sides: the publisher's parameters are checked,
 	// then ignored.
 	parsePublisher(p, new(PublisherConfig))
