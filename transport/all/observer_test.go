@@ -3,6 +3,7 @@ package all_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,7 +88,8 @@ func TestOpenWithObserver(t *testing.T) {
 		"mem://observed?empty_delay=10ms",
 		"sqlite://" + filepath.Join(t.TempDir(), "observed.db") + "?empty_delay=10ms",
 	} {
-		t.Run(u[:4], func(t *testing.T) {
+		scheme, _, _ := strings.Cut(u, ":")
+		t.Run(scheme, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			rec := newRecorder()

@@ -3,6 +3,7 @@ package all_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,8 @@ func TestOpenedSubscriberReportsState(t *testing.T) {
 		"mem://state?concurrency=2&empty_delay=10ms",
 		"sqlite://" + filepath.Join(t.TempDir(), "state.db") + "?concurrency=2&empty_delay=10ms",
 	} {
-		t.Run(u[:4], func(t *testing.T) {
+		scheme, _, _ := strings.Cut(u, ":")
+		t.Run(scheme, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			sub, err := transport.OpenSubscriber(ctx, u)
