@@ -12,7 +12,9 @@
 // lease was lost and user code never runs); the attempt and broker id go
 // into metadata; the message goes out on the channel; its Ack completes it,
 // its Nack retries it after an exponential delay, or dead-letters it once
-// MaxAttempts is reached. A message that enters a batching stage
+// MaxAttempts is reached, with the reason the handler recorded
+// (transport.SetNackReason, transport.DeadLetterReason) after the attempt
+// count. A message that enters a batching stage
 // (transport.EnterBatch, transport.JoinBatch) frees its permit and its
 // goroutine while the batch holds it: nothing watches it until the stage
 // settles it at the end of its batch, when a goroutine waits for the ack or

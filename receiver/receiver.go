@@ -507,7 +507,7 @@ func (f *flight) watch(wake <-chan struct{}) {
 	case transport.OutcomeAcked:
 		r.complete(f.d, f.msg)
 	case transport.OutcomeNacked:
-		outcome = r.nack(f.d, f.msg)
+		outcome = r.nack(f.d, f.msg, f.tracker.NackReason())
 	default:
 		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
 		r.retry(f.d, f.msg, 0)
@@ -630,9 +630,16 @@ func (r *Receiver) complete(d *transport.Delivery, msg *message.Message) {
 	}
 }
 
-func (r *Receiver) nack(d *transport.Delivery, msg *message.Message) transport.Outcome {
+// nack retries d, or dead-letters it on its last attempt with why (the
+// reason recorded with transport.SetNackReason, or "") after the attempt
+// count.
+func (r *Receiver) nack(d *transport.Delivery, msg *message.Message, why string) transport.Outcome {
 	if r.cfg.MaxAttempts > 0 && d.Attempt >= r.cfg.MaxAttempts {
-		r.deadLetter(d, msg, fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts))
+		reason := fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts)
+		if why != "" {
+			reason += ": " + why
+		}
+		r.deadLetter(d, msg, reason)
 		return transport.OutcomeDeadLettered
 	}
 	r.retry(d, msg, r.cfg.RetryDelayFor(d.Attempt))

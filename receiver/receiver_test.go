@@ -361,3 +361,41 @@ func TestCloseHandsBackBatchedMessages(t *testing.T) {
 		t.Fatalf("retried %v, outcome %v; want handed back and abandoned", retried, outcome)
 	}
 }
+
+// The reason recorded with transport.SetNackReason follows the attempt
+// count in the dead-letter reason; a nack that is retried keeps none.
+func TestDeadLetterReasonFromHandler(t *testing.T) {
+	src := newGateSource()
+	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, MaxAttempts: 2, RetryDelay: -1})
+	// Begin counts the attempt: "last" is on its 2nd of 2, "retried" on its 1st.
+	r.Push([]*transport.Delivery{{ID: "last", Attempt: 1, Raw: "x"}, {ID: "retried", Raw: "x"}})
+	for range 2 {
+		m := recv(t, out)
+		if !transport.SetNackReason(m, "order "+m.UUID+": card declined") {
+			t.Fatal("SetNackReason on a delivered message reported false")
+		}
+		m.Nack()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		src.mu.Lock()
+		dead := src.dead["last"]
+		_, retried := src.retried["retried"]
+		src.mu.Unlock()
+		if dead != "" && retried {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead %v, retried %v", src.dead, src.retried)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if want := "nacked on attempt 2 of 2 (MaxAttempts): order last: card declined"; src.dead["last"] != want {
+		t.Errorf("dead-letter reason %q, want %q", src.dead["last"], want)
+	}
+	if _, ok := src.dead["retried"]; ok {
+		t.Errorf("the retried message was dead-lettered: %v", src.dead)
+	}
+}

@@ -62,6 +62,8 @@ type Tracker struct {
 	mu        sync.Mutex
 	drop      func() // JoinBatch's, until it runs or is stopped
 	cancelled bool   // Cancel was called
+
+	nackReason atomic.Pointer[string] // SetNackReason's, for the dead-letter reason
 }
 
 // BatchHooks tell a receiver when one of its messages enters a batching

@@ -241,6 +241,8 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A dead letter's reason ends with the handler's error ("…: poison order").
+	router.AddMiddleware(transport.DeadLetterReason())
 	// settled records a message's outcome; the first one counts, a later
 	// one is a duplicate (a broker may deliver a message again: SQS
 	// standard queues at least once, and an SQS queue without a
