@@ -34,7 +34,20 @@
 // URL names a destination and how to use it, so one URL serves both sides:
 // each side accepts the other side's known parameters (checked, then
 // ignored). An unknown or invalid parameter is an error that names it and
-// lists the accepted ones.
+// lists the accepted ones. Options carry what a URL cannot: [WithLogger],
+// and [WithObserver] for metrics and traces (telemetry.NewObserver). The
+// subscriber is a [StatefulSubscriber], which reports its listeners'
+// states: it goes as it is to health.Handler.AddSource and
+// telemetry.RegisterSubscriber.
+//
+// # Dead-letter reasons
+//
+// A message nacked on its last attempt is dead-lettered with the reason
+// "nacked on attempt N of M (MaxAttempts)". [DeadLetterReason], a Watermill
+// router middleware, records the handler's error with [SetNackReason]
+// before the router nacks, and the reason goes on with ": " and that error
+// (at most [MaxNackReason] bytes), to the dead-letter destination and to
+// [Observer.DeadLettered].
 //
 // # Batching accounting
 //
