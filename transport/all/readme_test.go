@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlserver"
@@ -107,27 +108,6 @@ func withQuery(t *testing.T, raw, k, v string) string {
 	return u.String()
 }
 
-// dropSchemaSQL drops every table of schema @p1, then the schema (SQL
-// Server has no DROP SCHEMA … CASCADE): a copy of transport/sqlserver's
-// contract-test statement, whose grammar TestCleanupGrammar checks.
-const dropSchemaSQL = `SET NOCOUNT ON;
-DECLARE @s sysname = @p1, @sql nvarchar(max);
-WHILE 1 = 1
-BEGIN
-	SET @sql = NULL;
-	SELECT TOP (1) @sql = N'DROP TABLE ' + QUOTENAME(s.name) + N'.' + QUOTENAME(t.name)
-	FROM sys.tables AS t INNER JOIN sys.schemas AS s ON s.schema_id = t.schema_id
-	WHERE s.name = @s
-	ORDER BY t.object_id;
-	IF @sql IS NULL BREAK;
-	EXEC sp_executesql @sql;
-END;
-IF SCHEMA_ID(@s) IS NOT NULL
-BEGIN
-	SET @sql = N'DROP SCHEMA ' + QUOTENAME(@s);
-	EXEC sp_executesql @sql;
-END;`
-
 // dropSQLServerSchema drops the schema named by rawURL's schema parameter.
 func dropSQLServerSchema(t *testing.T, rawURL string) {
 	u, err := url.Parse(rawURL)
@@ -145,7 +125,7 @@ func dropSQLServerSchema(t *testing.T, rawURL string) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, dropSchemaSQL, cfg.Tables.Schema); err != nil {
-		t.Errorf("drop schema %s: %v", cfg.Tables.Schema, err)
+	if err := sqlservertest.DropSchema(ctx, db, cfg.Tables.Schema); err != nil {
+		t.Error(err)
 	}
 }
