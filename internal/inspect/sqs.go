@@ -66,6 +66,7 @@ func OpenSQS(ctx context.Context, rawURL string) (*SQS, error) {
 	p.Int("max_receive_count", 0, -1, 1000)
 	p.Int("publish_concurrency", 0, 1, 1024)
 	p.Duration("publish_linger", 0, 0, sqs.MaxPublishLinger)
+	p.Enum("codec", sqs.CodecBerth, sqs.CodecBerth, sqs.CodecWatermillAWS)
 	p.String("consumer_group", "")
 	p.Duration("wait_time", 0, -1, 20*time.Second)
 	p.Duration("visibility_timeout", 0, time.Second, sqs.MaxVisibilityTimeout)
