@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,13 +70,34 @@ const (
 // add latency, since a busy publisher fills batches of 10 sooner.
 const MaxPublishLinger = time.Second
 
-// ClientConfig says how to reach SQS and SNS. The zero value loads the AWS
-// default configuration (environment, shared config and credentials files,
-// SSO, web identity, container and instance roles).
+// ClientConfig says how to reach SQS and SNS: clients the caller supplies
+// (SQS, SNS), or clients built from an AWS SDK configuration (AWS and the
+// fields after it). The zero value builds both from the AWS default
+// configuration (environment, shared config and credentials files, SSO, web
+// identity, container and instance roles).
+//
+// AWS, Region, Endpoint, Credentials, RequestAttempts and APIOptions shape
+// only the clients Berth builds; setting one when every client needed is
+// supplied is an error, since it would be silently ignored. A supplied SQS
+// client with an AWS configuration is fine when an SNS client is needed
+// (PublisherConfig.SNS, SubscriberConfig.SNS or ConsumerGroup) and not
+// supplied: that one is built.
 type ClientConfig struct {
-	// AWS is the SDK configuration to use. Defaults to
-	// config.LoadDefaultConfig with a connection pool sized for concurrent
-	// long polls.
+	// SQS is the SQS client to use, as it is: Berth adds no retryer, API
+	// options or endpoint to it (configure those on the client, or wrap an
+	// *awssqs.Client to observe or alter requests). Defaults to a client
+	// built from AWS and the fields below.
+	SQS API
+
+	// SNS is the SNS client to use, as it is, when SNS is used
+	// (PublisherConfig.SNS, SubscriberConfig.SNS or ConsumerGroup). Defaults
+	// to a client built from AWS and the fields below.
+	SNS SNSAPI
+
+	// AWS is the SDK configuration to build clients from. Its Retryer, if
+	// any, is kept (RequestAttempts, when set, caps its attempts). Defaults
+	// to config.LoadDefaultConfig with a connection pool sized for
+	// concurrent long polls.
 	AWS *aws.Config
 
 	// Region overrides the region of AWS. Defaults to the region AWS
@@ -91,26 +113,91 @@ type ClientConfig struct {
 	// default credential chain. URL: user:password.
 	Credentials aws.CredentialsProvider
 
-	// RequestAttempts is the SDK retryer's maximum attempts per API request;
-	// a Claim never retries longer than that, and its error goes back to the
-	// pipeline, which backs off with jitter. Defaults to
-	// DefaultRequestAttempts (3). URL: request_attempts.
+	// RequestAttempts is the maximum attempts per API request: it caps the
+	// retryer of AWS (retry.AddWithMaxAttempts, through
+	// aws.Config.RetryMaxAttempts), so a Claim never retries longer than
+	// that; its error goes back to the pipeline, which backs off with
+	// jitter. Defaults to AWS.RetryMaxAttempts when set, else to the
+	// attempts of AWS.Retryer when set, else to DefaultRequestAttempts (3)
+	// with backoff capped at DefaultMaxRequestBackoff. URL:
+	// request_attempts.
 	RequestAttempts int
 
-	// APIOptions are added to every SQS and SNS client, for middleware such
-	// as RequestCounter.APIOption. Defaults to none.
+	// APIOptions are added to every SQS and SNS client Berth builds, for
+	// middleware such as RequestCounter.APIOption. Defaults to none.
 	APIOptions []func(*middleware.Stack) error
 }
 
-func (c ClientConfig) validate() []error {
+func (c ClientConfig) validate(needSNS bool) []error {
 	var errs []error
 	if c.RequestAttempts < 0 {
 		errs = append(errs, fmt.Errorf("Client.RequestAttempts: must be ≥ 0, got %d", c.RequestAttempts))
 	}
+	if isNilPointer(c.SQS) {
+		errs = append(errs, fmt.Errorf("Client.SQS: a nil %T", c.SQS))
+	}
+	if isNilPointer(c.SNS) {
+		errs = append(errs, fmt.Errorf("Client.SNS: a nil %T", c.SNS))
+	}
+	if c.SQS != nil && (c.SNS != nil || !needSNS) {
+		why := "Client.SQS is supplied and no SNS client is needed"
+		if c.SNS != nil {
+			why = "Client.SQS and Client.SNS are supplied"
+		}
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"AWS", c.AWS != nil},
+			{"Region", c.Region != ""},
+			{"Endpoint", c.Endpoint != ""},
+			{"Credentials", c.Credentials != nil},
+			{"RequestAttempts", c.RequestAttempts != 0},
+			{"APIOptions", len(c.APIOptions) > 0},
+		} {
+			if f.set {
+				errs = append(errs, fmt.Errorf("Client.%s: would be ignored: %s (configure the supplied clients instead)", f.name, why))
+			}
+		}
+	}
 	return errs
 }
 
-// clients builds the SQS and SNS clients.
+// isNilPointer reports whether v holds a nil pointer (a typed nil that
+// would panic on first use).
+func isNilPointer(v any) bool {
+	if v == nil {
+		return false
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// resolve returns the supplied clients and builds the missing ones: the SQS
+// client always, the SNS client when needSNS (else it may be nil).
+func (c ClientConfig) resolve(ctx context.Context, needSNS bool) (API, SNSAPI, error) {
+	var (
+		sq API    = c.SQS
+		sn SNSAPI = c.SNS
+	)
+	if sq != nil && (sn != nil || !needSNS) {
+		return sq, sn, nil
+	}
+	bsq, bsn, err := c.clients(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sq == nil {
+		sq = bsq
+	}
+	if sn == nil {
+		sn = bsn
+	}
+	return sq, sn, nil
+}
+
+// clients builds an SQS and an SNS client from the configuration, whatever
+// clients were supplied.
 func (c ClientConfig) clients(ctx context.Context) (*awssqs.Client, *awssns.Client, error) {
 	var cfg aws.Config
 	if c.AWS != nil {
@@ -132,15 +219,12 @@ func (c ClientConfig) clients(ctx context.Context) (*awssqs.Client, *awssns.Clie
 	if c.Credentials != nil {
 		cfg.Credentials = c.Credentials
 	}
-	attempts := c.RequestAttempts
-	if attempts == 0 {
-		attempts = DefaultRequestAttempts
+	if c.RequestAttempts > 0 {
+		// The clients wrap their retryer in retry.AddWithMaxAttempts.
+		cfg.RetryMaxAttempts = c.RequestAttempts
 	}
-	cfg.Retryer = func() aws.Retryer {
-		return retry.NewStandard(func(o *retry.StandardOptions) {
-			o.MaxAttempts = attempts
-			o.MaxBackoff = DefaultMaxRequestBackoff
-		})
+	if cfg.Retryer == nil {
+		cfg.Retryer = defaultRetryer(cfg.RetryMode)
 	}
 	cfg.APIOptions = append(cfg.APIOptions[:len(cfg.APIOptions):len(cfg.APIOptions)], c.APIOptions...)
 	var endpoint *string
@@ -158,6 +242,24 @@ func (c ClientConfig) clients(ctx context.Context) (*awssqs.Client, *awssns.Clie
 		}
 	})
 	return sq, sn, nil
+}
+
+// defaultRetryer is the retryer of clients whose AWS configuration has none:
+// the SDK's standard retryer (adaptive when mode says so) with
+// DefaultRequestAttempts and backoff capped at DefaultMaxRequestBackoff.
+func defaultRetryer(mode aws.RetryMode) func() aws.Retryer {
+	std := func(o *retry.StandardOptions) {
+		o.MaxAttempts = DefaultRequestAttempts
+		o.MaxBackoff = DefaultMaxRequestBackoff
+	}
+	if mode == aws.RetryModeAdaptive {
+		return func() aws.Retryer {
+			return retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
+				o.StandardOptions = append(o.StandardOptions, std)
+			})
+		}
+	}
+	return func() aws.Retryer { return retry.NewStandard(std) }
 }
 
 // QueueConfig says which queue a topic maps to and how to create it.
@@ -309,7 +411,7 @@ func (c SubscriberConfig) Validate() error {
 	if err := c.Pipeline.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Pipeline: %w", unwrapInvalid(err)))
 	}
-	errs = append(errs, c.Client.validate()...)
+	errs = append(errs, c.Client.validate(c.usesSNS())...)
 	errs = append(errs, c.Queue.validate()...)
 	if c.WaitTime > 20*time.Second {
 		errs = append(errs, fmt.Errorf("WaitTime: must be at most 20s, got %s", c.WaitTime))
@@ -398,7 +500,7 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 // transport.ErrInvalidConfig.
 func (c PublisherConfig) Validate() error {
 	var errs []error
-	errs = append(errs, c.Client.validate()...)
+	errs = append(errs, c.Client.validate(c.SNS)...)
 	errs = append(errs, c.Queue.validate()...)
 	if c.PublishConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("PublishConcurrency: must be ≥ 0, got %d", c.PublishConcurrency))

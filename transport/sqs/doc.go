@@ -8,11 +8,14 @@
 // # Configuration
 //
 // [NewPublisher] and [NewSubscriber] take a config struct whose zero value
-// is the defaults. [ClientConfig] loads the AWS default configuration
+// is the defaults. [ClientConfig] takes the caller's own SQS and SNS
+// clients (any implementation of [API] and [SNSAPI], used as they are), or
+// builds them from an AWS configuration: the AWS default configuration
 // (environment, shared files, SSO, roles) unless given one; Region,
-// Endpoint (for emulators) and Credentials override it. Each API request is
-// attempted at most RequestAttempts times by the SDK retryer (3, backoff
-// capped at 2s): a failing ReceiveMessage comes back to the pipeline, which
+// Endpoint (for emulators) and Credentials override it. The configuration's
+// own Retryer is kept; without one, each API request is attempted at most 3
+// times (backoff capped at 2s), and RequestAttempts caps the attempts
+// either way: a failing ReceiveMessage comes back to the pipeline, which
 // backs off with jitter and never ends the loop.
 //
 // # Queues and topic names

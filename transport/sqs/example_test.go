@@ -6,6 +6,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/berth-go/berth/transport"
@@ -55,6 +59,24 @@ func ExampleNewSubscriber() {
 	msg := <-msgs
 	fmt.Println(string(msg.Payload), msg.Metadata.Get(sqs.MetadataReceiveCount))
 	msg.Ack()
+}
+
+// Your own SQS client, as your other code builds it (retryer, middleware,
+// endpoint and all), used as it is. A wrapper around it works too: Client.SQS
+// takes any sqs.API. Without a client, Berth builds one from Client.AWS and
+// keeps that configuration's Retryer.
+func ExampleClientConfig() {
+	cfg, err := config.LoadDefaultConfig(context.Background(),
+		config.WithRetryer(func() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 5) }))
+	if err != nil {
+		panic(err)
+	}
+	client := awssqs.NewFromConfig(cfg)
+	sub, err := sqs.NewSubscriber(sqs.SubscriberConfig{Client: sqs.ClientConfig{SQS: client}}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
 }
 
 // The same through a URL, so that an environment variable can swap the

@@ -40,13 +40,13 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a publisher. The AWS configuration is loaded now
-// (see ClientConfig); queues are resolved on first use and cached.
+// NewPublisher returns a publisher. Clients not supplied in cfg.Client are
+// built now (see ClientConfig); queues are resolved on first use and cached.
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	api, snsAPI, err := cfg.Client.clients(context.Background())
+	api, snsAPI, err := cfg.Client.resolve(context.Background(), cfg.SNS)
 	if err != nil {
 		return nil, err
 	}

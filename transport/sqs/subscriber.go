@@ -13,20 +13,25 @@ import (
 // NewSubscriber returns a Watermill subscriber over SQS: each
 // Subscribe(ctx, topic) opens a Source on the topic's queue (or, with a
 // ConsumerGroup, on queue "<topic>-<group>" subscribed to the SNS topic) and
-// runs the shared receive pipeline over it. The AWS configuration is loaded
-// now (see ClientConfig); queues are resolved on first use and cached.
+// runs the shared receive pipeline over it. Clients not supplied in
+// cfg.Client are built now (see ClientConfig); queues are resolved on first
+// use and cached.
 // SubscribeInitialize creates (with Queue.Create) and subscribes the queue
 // without consuming.
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	api, snsAPI, err := cfg.Client.clients(context.Background())
+	api, snsAPI, err := cfg.Client.resolve(context.Background(), cfg.usesSNS())
 	if err != nil {
 		return nil, err
 	}
 	return newSubscriber(api, snsAPI, cfg, logger)
 }
+
+// usesSNS reports whether the subscriber subscribes its queues to SNS
+// topics (and so needs an SNS client).
+func (c SubscriberConfig) usesSNS() bool { return c.SNS || c.ConsumerGroup != "" }
 
 // opener resolves the queues of a subscriber's topics.
 type opener struct {
@@ -84,7 +89,7 @@ func (o *opener) prepare(ctx context.Context, topic string) (q, dlq *queue, err 
 			return nil, nil, fmt.Errorf("sqs: dead-letter queue: %w", err)
 		}
 	}
-	if o.cfg.SNS || o.cfg.ConsumerGroup != "" {
+	if o.cfg.usesSNS() {
 		arn, err := o.topics.resolve(ctx, o.cfg.Queue.name(topic))
 		if err != nil {
 			return nil, nil, err
