@@ -63,6 +63,7 @@ func TestMeasureClose(t *testing.T) {
 		}
 		var idle, busy []time.Duration
 		var probes []*probe
+		c := &collector{t: t, api: api}
 		for i := range 2 * *measureRuns {
 			s := openIdle(t, api, wait)
 			// A random point of the long poll, as when a deploy comes.
@@ -70,6 +71,7 @@ func TestMeasureClose(t *testing.T) {
 			// Every other Close gets a message 100ms in, which ends the
 			// long poll early: its time is not the idle close time.
 			d, ps := closeWithProbes(t, api, s, i%2 == 1)
+			c.collect(s.url, ps)
 			if i%2 == 1 {
 				busy = append(busy, d)
 			} else {
@@ -77,7 +79,7 @@ func TestMeasureClose(t *testing.T) {
 			}
 			probes = append(probes, ps...)
 		}
-		collectProbes(t, api, probes)
+		c.wait()
 		t.Logf("WaitTime %s, DrainTimeout %s: one idle subscriber: Close %s; with a message 100ms into Close: %s; probes: %s",
 			wait, drainTimeout(), summarize(idle), summarize(busy), lateSummary(probes))
 
@@ -91,15 +93,17 @@ func TestMeasureClose(t *testing.T) {
 		}
 		wg.Wait()
 		probes = nil
+		c = &collector{t: t, api: api}
 		var each []time.Duration
 		start := time.Now()
 		for _, s := range subs {
 			d, ps := closeWithProbes(t, api, s, false)
+			c.collect(s.url, ps)
 			each = append(each, d)
 			probes = append(probes, ps...)
 		}
 		total := time.Since(start)
-		collectProbes(t, api, probes)
+		c.wait()
 		t.Logf("WaitTime %s, DrainTimeout %s: %d idle subscribers closed one after another: %s in all, each %s; probes: %s",
 			wait, drainTimeout(), len(subs), total.Round(100*time.Millisecond), summarize(each), lateSummary(probes))
 	}
@@ -172,41 +176,43 @@ func closeWithProbes(t *testing.T, api *awssqs.Client, s *idleSub, during bool) 
 	return d, ps
 }
 
-// collectProbes receives the probes as another consumer would, for up to
-// the visibility timeout and then some, and records when each arrived.
-func collectProbes(t *testing.T, api *awssqs.Client, ps []*probe) {
-	t.Helper()
-	byURL := map[string][]*probe{}
-	for _, p := range ps {
-		byURL[p.url] = append(byURL[p.url], p)
-	}
+// collector receives probes as another consumer would, each queue's from
+// the moment its Close returned, for up to the visibility timeout and then
+// some, and records when each arrived.
+type collector struct {
+	t   *testing.T
+	api *awssqs.Client
+	wg  sync.WaitGroup
+}
+
+// collect starts receiving the probes of one queue.
+func (c *collector) collect(url string, ps []*probe) {
 	deadline := time.Now().Add(DefaultVisibilityTimeout + 15*time.Second)
-	var wg sync.WaitGroup
-	for url, qps := range byURL {
-		wg.Go(func() {
-			left := len(qps)
-			for left > 0 && time.Now().Before(deadline) {
-				out, err := api.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{
-					QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300,
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				now := time.Now()
-				for _, m := range out.Messages {
-					for _, p := range qps {
-						if p.id == aws.ToString(m.MessageId) && p.delay == 0 {
-							p.delay = now.Sub(p.sent)
-							left--
-						}
+	c.wg.Go(func() {
+		left := len(ps)
+		for left > 0 && time.Now().Before(deadline) {
+			out, err := c.api.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{
+				QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 300,
+			})
+			if err != nil {
+				c.t.Error(err)
+				return
+			}
+			now := time.Now()
+			for _, m := range out.Messages {
+				for _, p := range ps {
+					if p.id == aws.ToString(m.MessageId) && p.delay == 0 {
+						p.delay = now.Sub(p.sent)
+						left--
 					}
 				}
 			}
-		})
-	}
-	wg.Wait()
+		}
+	})
 }
+
+// wait waits for every collection to end.
+func (c *collector) wait() { c.wg.Wait() }
 
 func lateSummary(ps []*probe) string {
 	var parts []string
