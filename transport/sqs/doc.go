@@ -94,10 +94,20 @@
 // pipeline dead-letters the message. The raw body is held only by
 // Delivery.Raw, which the pipeline drops after Map.
 //
-// A Claim cancelled during its long poll returns at once, but the poll
-// itself finishes in the background and whatever it took off the queue is
-// made visible again, so closing a subscriber strands no message behind a
-// visibility timeout.
+// # Closing
+//
+// A long poll is never cut short: cancelled client-side, it would go on
+// waiting at SQS and take the next messages into their visibility timeout.
+// Closing a subscriber stops new polls; a Claim cancelled during its poll
+// returns at once, the poll runs to its end (WaitTime at most) and whatever
+// it received is made visible again (visibility 0), as are the messages
+// buffered but not yet handed to a handler. Source.Close waits for the
+// polls still out even past its context, so an idle subscriber closes in at
+// most WaitTime, a busy one in at most the pipeline's DrainTimeout or
+// WaitTime, whichever is longer, and no message sent around Close waits
+// for a visibility timeout. WaitTime is the trade-off between the requests
+// an idle subscriber costs (60/WaitTime a minute) and how long its Close
+// can take; see docs/transports/sqs.md, "Closing".
 //
 // # Settlement
 //

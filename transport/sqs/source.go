@@ -44,11 +44,15 @@ type Source struct {
 	deletes *batcher[string]
 	changes *batcher[visibility]
 
-	ctx    context.Context // for long polls; cancelled when Close gives up
+	ctx    context.Context // for long polls; cancelled only for one that outlives its wait
 	cancel context.CancelFunc
-	polls  sync.WaitGroup // long polls, including abandoned ones
 
-	closed    atomic.Bool
+	mu       sync.Mutex // orders the start of a poll against Close
+	closing  bool
+	polls    sync.WaitGroup // long polls, including those whose Claim gave up on them
+	lastPoll atomic.Int64   // when the latest long poll started, Unix ns
+	waitDur  time.Duration  // wait as a duration
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -92,6 +96,7 @@ func newSource(api API, q, dlq *queue, cfg SubscriberConfig, logger watermill.Lo
 		logger:     logger,
 		codec:      cfg.Codec,
 		wait:       wait,
+		waitDur:    time.Duration(wait) * time.Second,
 		visibility: vis,
 		visDur:     time.Duration(vis) * time.Second,
 		attempts:   cfg.SettleAttempts,
@@ -99,6 +104,38 @@ func newSource(api API, q, dlq *queue, cfg SubscriberConfig, logger watermill.Lo
 		// than that would only add the interval to every settlement.
 		deletes: newBatcher(deleteSender(api, q.url), cfg.SettleInterval, cfg.SettleAttempts, cfg.Pipeline.Concurrency),
 		changes: newBatcher(visibilitySender(api, q.url), cfg.SettleInterval, cfg.SettleAttempts, cfg.Pipeline.Concurrency),
+	}
+}
+
+// startPoll runs poll in the background, counted in polls, unless the
+// source is closing.
+func (s *Source) startPoll(poll func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.lastPoll.Store(time.Now().UnixNano())
+	s.polls.Go(poll)
+	return true
+}
+
+// releaseReceived makes the messages of a poll whose Claim gave up on it
+// visible again at once.
+func (s *Source) releaseReceived(ms []types.Message) {
+	if len(ms) == 0 {
+		return
+	}
+	vs := make([]visibility, len(ms))
+	for i, m := range ms {
+		vs[i] = visibility{receipt: aws.ToString(m.ReceiptHandle)}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), closeGrace)
+	defer cancel()
+	if err := errors.Join(runBatch(ctx, vs, s.attempts, visibilitySender(s.api, s.q.url))...); err != nil {
+		s.logger.Error("Releasing the messages of a cancelled claim failed; they return after their visibility timeout", err, watermill.LogFields{
+			"queue": s.q.name, "messages": len(ms),
+		})
 	}
 }
 
@@ -110,23 +147,24 @@ func (s *Source) MaxClaim() int { return maxBatch }
 func (s *Source) QueueURL() string { return s.q.url }
 
 // Claim receives at most min(10, max) messages with one ReceiveMessage long
-// poll. It returns an empty slice when the poll times out empty.
+// poll. It returns an empty slice when the poll times out empty. When ctx
+// ends first, Claim returns ctx's error at once, but the poll is not cut
+// short: it runs to its end and what it received is released (visibility
+// 0), since a long poll cancelled client-side may still take messages off
+// the queue, invisible for the visibility timeout. After Close it returns
+// transport.ErrClosed.
 func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, error) {
-	if s.closed.Load() {
-		return nil, transport.ErrClosed
-	}
 	n := int32(min(maxBatch, max(1, limit)))
 	start := time.Now()
-	// The poll runs on the source's context, not ctx: a long poll cancelled
-	// client-side may still take messages off the queue, invisible until
-	// their timeout. When ctx ends first, the poll is left to finish in the
-	// background and what it got is released at once (Close waits for it).
 	type result struct {
 		out *awssqs.ReceiveMessageOutput
 		err error
 	}
-	res := make(chan result, 1)
-	s.polls.Go(func() {
+	handoff := make(chan result) // to Claim while it waits
+	abandoned := make(chan struct{})
+	started := s.startPoll(func() {
+		// The source's context, not ctx: it ends only for a poll that
+		// outlived its wait (see Close).
 		out, err := s.api.ReceiveMessage(s.ctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(s.q.url),
 			MaxNumberOfMessages:         n,
@@ -135,25 +173,22 @@ func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, e
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
-		res <- result{out, err}
+		select {
+		case handoff <- result{out, err}:
+		case <-abandoned:
+			if err == nil {
+				s.releaseReceived(out.Messages)
+			}
+		}
 	})
+	if !started {
+		return nil, transport.ErrClosed
+	}
 	var r result
 	select {
-	case r = <-res:
+	case r = <-handoff:
 	case <-ctx.Done():
-		s.polls.Go(func() {
-			r := <-res
-			if r.err != nil || len(r.out.Messages) == 0 {
-				return
-			}
-			vs := make([]visibility, len(r.out.Messages))
-			for i, m := range r.out.Messages {
-				vs[i] = visibility{receipt: aws.ToString(m.ReceiptHandle)}
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), closeGrace)
-			defer cancel()
-			runBatch(rctx, vs, s.attempts, visibilitySender(s.api, s.q.url))
-		})
+		close(abandoned)
 		return nil, ctx.Err()
 	}
 	out, err := r.out, r.err
@@ -400,12 +435,19 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *mes
 	return nil
 }
 
-// Close flushes the waiting acks and nacks and waits for their requests
-// and for long polls abandoned by a cancelled Claim (until ctx is done). Messages still in flight are left to their visibility
-// timeout. It is idempotent.
+// Close stops new long polls, flushes the waiting acks and nacks (until
+// ctx is done), and waits for the long polls still out, which release what
+// they receive at once. A long poll is not cut short even when ctx ends
+// first: cancelled client-side, it could still take messages off the queue
+// and hide them for the visibility timeout. It ends by itself within
+// WaitTime; only one that outlives that by closeGrace (a hung connection)
+// is cancelled, and reported. Messages still in flight are left to their
+// visibility timeout. Close is idempotent.
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		s.closed.Store(true)
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
 		// The final flush runs on the batchers' own context; ctx bounds the
 		// wait, with a short grace when it is already done.
 		wctx := ctx
@@ -414,27 +456,43 @@ func (s *Source) Close(ctx context.Context) error {
 			wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 			defer cancel()
 		}
-		s.closeErr = errors.Join(s.deletes.close(wctx), s.changes.close(wctx))
-		// Abandoned long polls finish within WaitTime and release what they
-		// got; past ctx they are cancelled (their messages then wait for
-		// the visibility timeout).
-		done := make(chan struct{})
-		go func() {
-			s.polls.Wait()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-wctx.Done():
-			s.cancel()
-			<-done
-		}
+		errs := []error{s.deletes.close(wctx), s.changes.close(wctx)}
+		errs = append(errs, s.waitPolls())
 		s.cancel()
+		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
 }
 
-// closeGrace bounds the final flush when Close gets a context already done.
+// waitPolls waits for the long polls still out, until the latest one's wait
+// has passed by closeGrace; then it cancels them.
+func (s *Source) waitPolls() error {
+	done := make(chan struct{})
+	go func() {
+		s.polls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	t := time.NewTimer(time.Until(time.Unix(0, s.lastPoll.Load()).Add(s.waitDur + closeGrace)))
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		s.cancel()
+		<-done
+		return fmt.Errorf("sqs: close %s: a long poll was still out %s after its %s wait; cancelled (what it took returns after the visibility timeout)",
+			s.q.name, closeGrace, s.waitDur)
+	}
+}
+
+// closeGrace bounds the final flush when Close gets a context already done,
+// the release of a cancelled claim's messages, and how long past its wait
+// Close waits for a long poll.
 const closeGrace = 5 * time.Second
 
 func joinEntryErrors(op string, ds []*transport.Delivery, errs []error) error {
