@@ -472,12 +472,12 @@ func (s *Source) waitPolls() error {
 		s.polls.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
+	last := s.lastPoll.Load()
+	if last == 0 { // no poll ever started, and none will
+		<-done
 		return nil
-	default:
 	}
-	t := time.NewTimer(time.Until(time.Unix(0, s.lastPoll.Load()).Add(s.waitDur + closeGrace)))
+	t := time.NewTimer(time.Until(time.Unix(0, last).Add(s.waitDur + closeGrace)))
 	defer t.Stop()
 	select {
 	case <-done:
