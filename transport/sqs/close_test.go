@@ -131,6 +131,19 @@ func TestCloseLetsPollFinishAndReleases(t *testing.T) {
 	}
 }
 
+// TestCloseBeforeAnyClaim: a source that never polled closes at once,
+// without error, and then refuses to poll.
+func TestCloseBeforeAnyClaim(t *testing.T) {
+	h := newHeldPoll()
+	src := heldSource(h, 20*time.Second)
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := src.Claim(context.Background(), 10); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Claim after Close = %v, want ErrClosed", err)
+	}
+}
+
 // TestCloseCancelsHungPoll: a long poll still out closeGrace after its wait
 // (a hung connection) is cancelled, and Close says so.
 func TestCloseCancelsHungPoll(t *testing.T) {
