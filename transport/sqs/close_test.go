@@ -59,10 +59,10 @@ func (h *heldPoll) ChangeMessageVisibilityBatch(_ context.Context, in *awssqs.Ch
 	return &awssqs.ChangeMessageVisibilityBatchOutput{}, nil
 }
 
-func (h *heldPoll) state() (returned bool, pollErr error, changes []types.ChangeMessageVisibilityBatchRequestEntry) {
+func (h *heldPoll) state() (returned bool, changes []types.ChangeMessageVisibilityBatchRequestEntry, pollErr error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.returned, h.pollErr, append([]types.ChangeMessageVisibilityBatchRequestEntry(nil), h.changes...)
+	return h.returned, append([]types.ChangeMessageVisibilityBatchRequestEntry(nil), h.changes...), h.pollErr
 }
 
 func heldSource(h *heldPoll, wait time.Duration) *Source {
@@ -112,7 +112,7 @@ func TestCloseLetsPollFinishAndReleases(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	_, pollErr, changes := h.state()
+	_, changes, pollErr := h.state()
 	if pollErr != nil {
 		t.Errorf("the poll's context ended (%v): Close cut the long poll short", pollErr)
 	}
@@ -154,7 +154,7 @@ func TestCloseCancelsHungPoll(t *testing.T) {
 	if err == nil {
 		t.Fatal("Close returned nil after cancelling a hung long poll")
 	}
-	if _, pollErr, _ := h.state(); !errors.Is(pollErr, context.Canceled) {
+	if _, _, pollErr := h.state(); !errors.Is(pollErr, context.Canceled) {
 		t.Errorf("the hung poll's context: %v, want cancelled", pollErr)
 	}
 }
