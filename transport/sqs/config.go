@@ -21,8 +21,12 @@ import (
 
 // Defaults for configuration fields left zero.
 const (
-	// DefaultWaitTime is the ReceiveMessage long-poll wait.
-	DefaultWaitTime = 20 * time.Second
+	// DefaultWaitTime is the ReceiveMessage long-poll wait. A long poll is
+	// never cut short, so it is also the longest an idle subscriber takes
+	// to close: 5s keeps Close well inside Kubernetes' 30s grace and costs
+	// an idle subscriber 12 requests a minute (20s, SQS's most: 3, but Close
+	// may take 20s). See docs/transports/sqs.md, "Closing".
+	DefaultWaitTime = 5 * time.Second
 	// DefaultVisibilityTimeout is the visibility timeout each ReceiveMessage
 	// asks for; the heartbeat renews it at 70%.
 	DefaultVisibilityTimeout = 30 * time.Second
@@ -351,8 +355,10 @@ type SubscriberConfig struct {
 	SNS bool
 
 	// WaitTime is the ReceiveMessage long-poll wait, rounded to seconds, at
-	// most 20s; negative means short polling. Defaults to DefaultWaitTime
-	// (20s). URL: wait_time.
+	// most 20s; negative means short polling. Close lets a poll that is out
+	// run to its end, so it bounds the Close of an idle subscriber; an idle
+	// subscriber sends 60/WaitTime requests a minute. Defaults to
+	// DefaultWaitTime (5s). URL: wait_time.
 	WaitTime time.Duration
 
 	// VisibilityTimeout is asked for on every ReceiveMessage and on every

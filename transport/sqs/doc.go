@@ -83,7 +83,7 @@
 //
 // # Receiving
 //
-// Claim is one ReceiveMessage long poll (WaitTime, 20s by default) for at
+// Claim is one ReceiveMessage long poll (WaitTime, 5s by default) for at
 // most min(10, free buffer) messages, asking for every system and message
 // attribute and for VisibilityTimeout. The pipeline's wave controller
 // decides how many polls run at once: one while idle, more while each comes

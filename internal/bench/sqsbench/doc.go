@@ -32,7 +32,8 @@
 // (PublishLinger 8ms) and WatermillAWS.
 //
 // bench.Env.Scale multiplies the backlog and the durations (the idle window
-// is rounded up to whole 20 s long polls).
+// is rounded up to whole 20 s steps, a whole number of long polls of
+// either library).
 //
 // # Counting requests
 //

@@ -106,7 +106,7 @@ func (e *runEnv) publishTo(ctx context.Context, scenario string, st Strategy) (m
 		return nil, "", nil, nil, err
 	}
 	c := &Counter{}
-	client := e.client(c)
+	client := e.client(st, c)
 	rt := &roundTrips{}
 	client.AWS.APIOptions = append(client.AWS.APIOptions[:len(client.AWS.APIOptions):len(client.AWS.APIOptions)], rt.apiOption)
 	pub, err := st.NewPublisher(client)

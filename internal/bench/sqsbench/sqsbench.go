@@ -39,7 +39,8 @@ const (
 	// IdleDuration is how long "sqs/idle" watches an empty queue; at
 	// reduced scale it is rounded up to whole IdleStep.
 	IdleDuration = time.Minute
-	// IdleStep is the long-poll wait both libraries use by default (20 s).
+	// IdleStep is a whole number of both libraries' default long-poll
+	// waits (watermill-aws 20 s, Berth 5 s).
 	IdleStep = 20 * time.Second
 
 	// steadyProducers publish the steady arrivals.
@@ -250,7 +251,7 @@ func backlog(ctx context.Context, e *runEnv, st Strategy) (bench.Result, error) 
 	defer e.deleteQueue(name)
 	var pubC, subC Counter
 
-	pub, err := st.NewPublisher(e.client(&pubC))
+	pub, err := st.NewPublisher(e.client(st, &pubC))
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -263,7 +264,7 @@ func backlog(ctx context.Context, e *runEnv, st Strategy) (bench.Result, error) 
 	pubElapsed := time.Since(start)
 	e.progress(0, st.Name+": published")
 
-	sub, err := st.NewSubscriber(e.client(&subC), Concurrency)
+	sub, err := st.NewSubscriber(e.client(st, &subC), Concurrency)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -319,7 +320,7 @@ func steady(ctx context.Context, e *runEnv, st Strategy) (bench.Result, error) {
 	name := topic("steady", st)
 	defer e.deleteQueue(name)
 	var pubC, subC Counter
-	pub, err := st.NewPublisher(e.client(&pubC))
+	pub, err := st.NewPublisher(e.client(st, &pubC))
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -328,7 +329,7 @@ func steady(ctx context.Context, e *runEnv, st Strategy) (bench.Result, error) {
 	if _, err := e.admin.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)}); err != nil {
 		return bench.Result{}, err
 	}
-	sub, err := st.NewSubscriber(e.client(&subC), Concurrency)
+	sub, err := st.NewSubscriber(e.client(st, &subC), Concurrency)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -503,7 +504,7 @@ func idle(ctx context.Context, e *runEnv, st Strategy, window time.Duration) (be
 		return bench.Result{}, err
 	}
 	var subC Counter
-	sub, err := st.NewSubscriber(e.client(&subC), Concurrency)
+	sub, err := st.NewSubscriber(e.client(st, &subC), Concurrency)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -519,7 +520,7 @@ func idle(ctx context.Context, e *runEnv, st Strategy, window time.Duration) (be
 		c.wait()
 	}()
 	// Start counting a second after the first long poll went out, clear of
-	// start-up requests and of the boundaries of the 20 s polls.
+	// start-up requests and of the boundaries of the long polls.
 	if err := waitFor(ctx, 10*time.Second, "first long poll", func() (bool, error) { return subC.Peak("ReceiveMessage") > 0, nil }); err != nil {
 		return bench.Result{}, err
 	}

@@ -108,7 +108,7 @@ func BenchmarkSteady(b *testing.B) {
 }
 
 // BenchmarkIdle watches empty queues with both libraries at once for one
-// 20 s long-poll period at the default scale (a minute at scale 1).
+// 20 s window at the default scale (a minute at scale 1).
 func BenchmarkIdle(b *testing.B) {
 	e := benchEnv(b)
 	var rs []bench.Result

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
@@ -20,6 +21,10 @@ import (
 // at a given handler concurrency.
 type Strategy struct {
 	Name string
+	// LongPoll is the library's default long-poll wait: an empty receive
+	// back a second or more before it is an emulator artefact (see
+	// Counter.LongPoll).
+	LongPoll time.Duration
 	// NewPublisher publishes through client, creating queues as needed.
 	NewPublisher func(c Client) (message.Publisher, error)
 	// NewSubscriber consumes through client with up to concurrency
@@ -40,11 +45,12 @@ type Client struct {
 	Endpoint string     // "" for AWS
 }
 
-// Berth is this module's transport with its defaults (20 s long polls,
+// Berth is this module's transport with its defaults (5 s long polls,
 // settlement coalesced into batches), one Subscribe with Concurrency
 // handlers.
 var Berth = Strategy{
-	Name: "berth",
+	Name:     "berth",
+	LongPoll: sqs.DefaultWaitTime,
 	NewPublisher: func(c Client) (message.Publisher, error) {
 		return sqs.NewPublisher(sqs.PublisherConfig{
 			Client: sqs.ClientConfig{AWS: &c.AWS, Endpoint: c.Endpoint},
@@ -79,7 +85,8 @@ var Berth = Strategy{
 // subscriber handles one message at a time per Subscribe call, so
 // concurrency n takes n Subscribe calls on the topic.
 var WatermillAWS = Strategy{
-	Name: "watermill-aws",
+	Name:     "watermill-aws",
+	LongPoll: 20 * time.Second,
 	NewPublisher: func(c Client) (message.Publisher, error) {
 		return wmsqs.NewPublisher(wmsqs.PublisherConfig{
 			AWSConfig: c.AWS,
@@ -144,11 +151,11 @@ func endpointOption(endpoint string) []func(*awssqs.Options) {
 	return []func(*awssqs.Options){func(o *awssqs.Options) { o.BaseEndpoint = aws.String(endpoint) }}
 }
 
-// client returns a Client whose HTTP requests counter counts.
-func (e *runEnv) client(counter *Counter) Client {
+// client returns a Client for st whose HTTP requests counter counts.
+func (e *runEnv) client(st Strategy, counter *Counter) Client {
 	cfg := e.aws.Copy()
 	counter.Next = e.transport
-	counter.LongPoll = IdleStep // both libraries' default wait
+	counter.LongPoll = st.LongPoll
 	cfg.HTTPClient = &http.Client{Transport: counter}
 	return Client{AWS: cfg, Endpoint: e.endpoint}
 }
