@@ -3,12 +3,10 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net/url"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"go.uber.org/goleak"
@@ -82,42 +80,6 @@ func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.Sub
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
-}
-
-// publishN publishes n messages in one call (payload body-<i>, metadata
-// i=<i>) and returns their UUIDs in order.
-func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
-	t.Helper()
-	ids := make([]string, n)
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		ids[i] = watermill.NewUUID()
-		msgs[i] = message.NewMessage(ids[i], []byte(fmt.Sprintf("body-%d", i)))
-		msgs[i].Metadata.Set("i", fmt.Sprint(i))
-	}
-	if err := p.Publish(topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
-// rowStates counts table's rows by state.
-func rowStates(t *testing.T, db *sql.DB, table string) map[int]int {
-	t.Helper()
-	rows, err := db.Query(`SELECT state, count(*) FROM ` + table + ` GROUP BY state`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	m := map[int]int{}
-	for rows.Next() {
-		var s, n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		m[s] = n
-	}
-	return m
 }
 
 // waitFor polls cond until it holds, or fails t after d.

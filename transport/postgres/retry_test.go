@@ -20,6 +20,7 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlqueue/sqlqueuetest"
 	"github.com/berth-go/berth/transport/sqlserver"
 )
 
@@ -172,7 +173,7 @@ func TestDeadlockVictimStatementRunsAgain(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("message not delivered")
 			}
-			waitFor(t, 10*time.Second, func() bool { return len(rowStates(t, db, q.Table)) == 0 })
+			waitFor(t, 10*time.Second, func() bool { return len(sqlqueuetest.RowStates(t, db, q.Table)) == 0 })
 			select {
 			case m := <-ch:
 				t.Fatalf("message %s delivered again", m.UUID)
@@ -241,7 +242,7 @@ func TestLostAckReplySettlesOnce(t *testing.T) {
 	db, fc := openFaulty(t, d.Complete(q, nil).SQL, reset, true)
 	src := newSource(t, db, "lost_reply", func(c *sqlqueue.SubscriberConfig) { c.Dialect = d })
 	pub := newPub(t, db)
-	publishN(t, pub, "lost_reply", 1)
+	sqlqueuetest.PublishN(t, pub, "lost_reply", 1)
 	ctx := context.Background()
 	ds, err := src.Claim(ctx, 1)
 	if err != nil || len(ds) != 1 {
@@ -253,7 +254,7 @@ func TestLostAckReplySettlesOnce(t *testing.T) {
 	if err := src.Complete(ctx, ds[0]); !errors.Is(err, transport.ErrLeaseLost) || !fc.fired.Load() {
 		t.Fatalf("Complete = %v (fault fired: %v), want ErrLeaseLost from the second run", err, fc.fired.Load())
 	}
-	if n := len(rowStates(t, db, q.Table)); n != 0 {
+	if n := len(sqlqueuetest.RowStates(t, db, q.Table)); n != 0 {
 		t.Fatal("the acked row is still queued")
 	}
 	var dead int

@@ -19,7 +19,7 @@ func testLeaseLost(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 3)
 	pub := f.newPub(t, db)
-	publishN(t, pub, "lease_lost", 2)
+	PublishN(t, pub, "lease_lost", 2)
 	src := f.newSource(t, db, "lease_lost")
 	ds, err := src.Claim(context.Background(), 2)
 	if err != nil || len(ds) != 2 {
@@ -49,7 +49,7 @@ func testRelease(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 3)
 	pub := f.newPub(t, db)
-	publishN(t, pub, "release", 10)
+	PublishN(t, pub, "release", 10)
 	src := f.newSource(t, db, "release")
 	ds, err := src.Claim(context.Background(), 10)
 	if err != nil || len(ds) != 10 {
@@ -62,7 +62,7 @@ func testRelease(t *testing.T, h Harness) {
 	if got := src.Stats().Releases - before; got != 1 {
 		t.Fatalf("release statements = %d, want 1", got)
 	}
-	if st := rowStates(t, db, src.Queue().Table); st[sqlqueue.StatePending] != 10 || len(st) != 1 {
+	if st := RowStates(t, db, src.Queue().Table); st[sqlqueue.StatePending] != 10 || len(st) != 1 {
 		t.Fatalf("states after release = %v, want 10 pending", st)
 	}
 	var maxAttempts int
@@ -77,7 +77,7 @@ func testCloseReleasesPrefetched(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
-	publishN(t, pub, "close_release", 50)
+	PublishN(t, pub, "close_release", 50)
 	c := f.subConfig(db)
 	c.Pipeline.Concurrency = 1
 	c.Pipeline.BufferSize = 20
@@ -88,12 +88,12 @@ func testCloseReleasesPrefetched(t *testing.T, h Harness) {
 	}
 	first := <-ch // the buffer fills behind this unacked message
 	q := sub.Queue("close_release")
-	waitFor(t, 10*time.Second, "prefetched rows", func() bool { return rowStates(t, db, q.Table)[sqlqueue.StateFetched] > 0 })
+	waitFor(t, 10*time.Second, "prefetched rows", func() bool { return RowStates(t, db, q.Table)[sqlqueue.StateFetched] > 0 })
 	first.Ack()
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st := rowStates(t, db, q.Table)
+	st := RowStates(t, db, q.Table)
 	if st[sqlqueue.StateFetched] != 0 || st[sqlqueue.StateProcessing] != 0 {
 		t.Fatalf("after close: %v, want only pending rows", st)
 	}
@@ -113,7 +113,7 @@ func testDeadLetterRow(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 3)
 	pub := f.newPub(t, db)
-	ids := publishN(t, pub, "dead", 1)
+	ids := PublishN(t, pub, "dead", 1)
 	src := f.newSource(t, db, "dead")
 	ds, _ := src.Claim(context.Background(), 1)
 	if len(ds) != 1 {
@@ -139,7 +139,7 @@ func testDeadLetterRow(t *testing.T, h Harness) {
 		queue != src.Queue().Name || !strings.Contains(headers, `"i":"0"`) {
 		t.Fatalf("error row = %s %s %q %d %q %s", uuid, headers, body, attempts, reason, queue)
 	}
-	if n := len(rowStates(t, db, src.Queue().Table)); n != 0 {
+	if n := len(RowStates(t, db, src.Queue().Table)); n != 0 {
 		t.Fatal("dead-lettered row still in the queue")
 	}
 	if err := src.DeadLetter(context.Background(), ds[0], nil, "again"); !errors.Is(err, transport.ErrLeaseLost) {
@@ -156,7 +156,7 @@ func testKilledInstance(t *testing.T, h Harness) {
 	dbA := f.env.Pool(t, 2, app)
 	dbB := f.pool(t, 3)
 	pub := f.newPub(t, dbB)
-	ids := publishN(t, pub, "killed", 6)
+	ids := PublishN(t, pub, "killed", 6)
 
 	srcA := openSource(t, sqlqueue.SubscriberConfig{
 		DB: dbA, Dialect: h.Dialect, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
@@ -223,7 +223,7 @@ func testCompeting(t *testing.T, h Harness) {
 	const n = 2000
 	var ids []string
 	for i := 0; i < n/100; i++ {
-		ids = append(ids, publishN(t, pub, "compete", 100)...)
+		ids = append(ids, PublishN(t, pub, "compete", 100)...)
 	}
 	var (
 		mu    sync.Mutex
@@ -283,7 +283,7 @@ func testCorruptHeaders(t *testing.T, h Harness) {
 	}
 	q := sub.Queue("corrupt")
 	f.insert(t, db, q, RawRow{UUID: "bad", Headers: "{not json", Body: []byte("x")})
-	good := publishN(t, pub, "corrupt", 1)
+	good := PublishN(t, pub, "corrupt", 1)
 	ch, err := sub.Subscribe(context.Background(), "corrupt")
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +361,7 @@ func testCommitOrder(t *testing.T, h Harness) {
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
 	src := f.newSource(t, db, "order")
-	publishN(t, pub, "order", 1) // creates the queue
+	PublishN(t, pub, "order", 1) // creates the queue
 	ds, _ := src.Claim(context.Background(), 1)
 	for _, d := range ds {
 		_ = src.Begin(context.Background(), d)
@@ -377,7 +377,7 @@ func testCommitOrder(t *testing.T, h Harness) {
 	if err := pub.WithTx(tx).Publish("order", early); err != nil {
 		t.Fatal(err)
 	}
-	publishN(t, pub, "order", 1) // higher id, commits first
+	PublishN(t, pub, "order", 1) // higher id, commits first
 	ds, err = src.Claim(context.Background(), 10)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("claim = %d, %v", len(ds), err)

@@ -75,7 +75,7 @@ func openSource(t *testing.T, c sqlqueue.SubscriberConfig, topic string) *sqlque
 
 // publishN publishes n messages in one call: payload body-<i>, metadata
 // i=<i>. It returns their UUIDs in order.
-func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
+func PublishN(t *testing.T, p message.Publisher, topic string, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	msgs := make([]*message.Message, n)
@@ -91,7 +91,7 @@ func publishN(t *testing.T, p message.Publisher, topic string, n int) []string {
 }
 
 // rowStates counts table's rows by state.
-func rowStates(t *testing.T, db *sql.DB, table string) map[int]int {
+func RowStates(t *testing.T, db *sql.DB, table string) map[int]int {
 	t.Helper()
 	rows, err := db.Query(`SELECT state, count(*) FROM ` + table + ` GROUP BY state`)
 	if err != nil {

@@ -52,7 +52,7 @@ func testSweepStray(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 3)
 	pub := f.newPub(t, db)
-	published := publishN(t, pub, "stray", 2)
+	published := PublishN(t, pub, "stray", 2)
 	c := f.subConfig(db)
 	c.SweepInterval = -1
 	c.Pipeline.MaxAttempts = 3 // the sweep also runs DeadLetterExpired, which must take none of these rows
