@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -16,17 +15,8 @@ import (
 // The idle probe answers, per queue, whether a row is due, when the next
 // delayed row falls due, and whether the table is empty, in one statement.
 func TestMultiProbe(t *testing.T) {
-	url := testenv.PostgresSchemaURL(t)
-	db, err := postgres.Open(url, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	db := openDB(t, 2)
+	pub := newPub(t, db)
 	d := postgres.Dialect{}
 	late := message.NewMessage("late", nil)
 	late.Metadata.Set(sqlqueue.MetadataDelay, "1h")
