@@ -131,6 +131,9 @@ dead-letter queue.`, stderr)
 	fmt.Fprintln(tw, "QUEUE\tTOPIC\tGROUP\tREADY\tDELAYED\tIN FLIGHT\tDEAD\t")
 	for _, q := range qs {
 		dead := strconv.FormatInt(q.DeadLettered, 10)
+		if q.DeadLetteredMore {
+			dead += "+"
+		}
 		if q.DeadLetterQueue != "" {
 			dead += " (" + q.DeadLetterQueue + ")"
 		}

@@ -44,7 +44,7 @@ func seedQueues() []inspecttest.Queue {
 }
 
 // open opens the seeded deployment of rawURL.
-func open(t *testing.T, rawURL string) *inspect.SQL {
+func open(t testing.TB, rawURL string) *inspect.SQL {
 	t.Helper()
 	s, err := inspect.OpenSQL(context.Background(), rawURL)
 	if err != nil {

@@ -49,13 +49,15 @@ func (s *Server) Handler() http.Handler {
 
 // queueView is one queue as the pages and the API show it.
 type queueView struct {
-	Name            string  `json:"name"`
-	Topic           string  `json:"topic,omitempty"`
-	Group           string  `json:"group,omitempty"`
-	Ready           int64   `json:"ready"`
-	Delayed         int64   `json:"delayed"`
-	InFlight        int64   `json:"in_flight"`
-	DeadLettered    int64   `json:"dead_lettered"`
+	Name         string `json:"name"`
+	Topic        string `json:"topic,omitempty"`
+	Group        string `json:"group,omitempty"`
+	Ready        int64  `json:"ready"`
+	Delayed      int64  `json:"delayed"`
+	InFlight     int64  `json:"in_flight"`
+	DeadLettered int64  `json:"dead_lettered"`
+	// DeadMore is true when DeadLettered stopped at inspect.DeadCountCap.
+	DeadMore        bool    `json:"dead_lettered_more,omitempty"`
 	DeadLetterQueue string  `json:"dead_letter_queue,omitempty"`
 	OldestReadySecs float64 `json:"oldest_ready_seconds"`
 	// DrainedPerMinute is the mean drain rate over the window; -1 until
@@ -102,17 +104,35 @@ func (s *Server) queueViews(ctx context.Context) ([]queueView, error) {
 	}
 	out := make([]queueView, len(qs))
 	for i, q := range qs {
-		out[i] = queueView{
-			Name: q.Queue, Topic: q.Topic, Group: q.Group,
-			Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, DeadLettered: q.DeadLettered,
-			DeadLetterQueue: q.DeadLetterQueue, OldestReadySecs: q.OldestReady.Seconds(),
-			DrainedPerMinute: s.history.rate(q.Queue), Missing: q.Missing,
-		}
+		out[i] = s.viewOf(q)
 	}
 	return out, nil
 }
 
+func (s *Server) viewOf(q inspect.QueueStats) queueView {
+	return queueView{
+		Name: q.Queue, Topic: q.Topic, Group: q.Group,
+		Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight,
+		DeadLettered: q.DeadLettered, DeadMore: q.DeadLetteredMore,
+		DeadLetterQueue: q.DeadLetterQueue, OldestReadySecs: q.OldestReady.Seconds(),
+		DrainedPerMinute: s.history.rate(q.Queue), Missing: q.Missing,
+	}
+}
+
+// oneQueue is a Source that counts one queue without counting the others
+// (inspect.SQL).
+type oneQueue interface {
+	Queue(ctx context.Context, name string) (inspect.QueueStats, error)
+}
+
 func (s *Server) findQueue(ctx context.Context, name string) (queueView, error) {
+	if one, ok := s.cfg.Source.(oneQueue); ok {
+		q, err := one.Queue(ctx, name)
+		if err != nil {
+			return queueView{}, err
+		}
+		return s.viewOf(q), nil
+	}
 	qs, err := s.queueViews(ctx)
 	if err != nil {
 		return queueView{}, err
@@ -636,10 +656,14 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		q.Set("cursor", next)
 		nextLink = "/deadletters?" + q.Encode()
 	}
-	qs, _ := s.cfg.Source.Queues(r.Context())
-	var names []string
-	for _, q := range qs {
-		names = append(names, q.Queue)
+	// The queue picker lists the queues the sampler last saw: counting
+	// every queue again would cost the page more than its dead letters.
+	names := s.history.names()
+	if len(names) == 0 {
+		qs, _ := s.cfg.Source.Queues(r.Context())
+		for _, q := range qs {
+			names = append(names, q.Queue)
+		}
 	}
 	s.render(w, r, "deadletters", "Dead letters", "deadletters", map[string]any{
 		"Dead": views, "Next": nextLink, "First": r.URL.Query().Get("cursor") != "",

@@ -53,6 +53,18 @@ func (h *history) add(now time.Time, qs []inspect.QueueStats) {
 	}
 }
 
+// names returns the sampled queues' names, sorted.
+func (h *history) names() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.byName))
+	for n := range h.byName {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // get returns a copy of the queue's samples, oldest first.
 func (h *history) get(name string) []Sample {
 	h.mu.Lock()

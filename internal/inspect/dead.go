@@ -75,7 +75,16 @@ func (s *SQL) deadFilter(f Filter, subs []sqlqueue.Queue, now time.Time) deadQue
 		q.add(s, "queue_table IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(names)), ", ")+")", args...)
 	}
 	if f.Reason != "" {
-		q.add(s, `LOWER(reason) LIKE ? ESCAPE '\'`, "%"+likeEscape.Replace(strings.ToLower(f.Reason))+"%")
+		pattern := "%" + likeEscape.Replace(strings.ToLower(f.Reason)) + "%"
+		if s.Kind == "postgres" {
+			// ILIKE on the column itself, so the planner estimates from
+			// the reason column's statistics (LOWER(reason) has none and
+			// is guessed at 0.01%, which sorts the whole table instead of
+			// walking the id index until a page is full).
+			q.add(s, `reason ILIKE ? ESCAPE '\'`, pattern)
+		} else {
+			q.add(s, `LOWER(reason) LIKE ? ESCAPE '\'`, pattern)
+		}
 	}
 	if f.OlderThan > 0 {
 		q.add(s, "failed_at <= ?", s.timeArg(now.Add(-f.OlderThan)))
@@ -105,6 +114,35 @@ func (s *SQL) deadFilter(f Filter, subs []sqlqueue.Queue, now time.Time) deadQue
 	return q
 }
 
+// deadSelect is selectDead's statement: the error rows f selects with
+// after < id ≤ upTo, in id order, at most limit. none reports a filter that
+// can match nothing.
+func (s *SQL) deadSelect(f Filter, subs []sqlqueue.Queue, now time.Time, after, upTo int64, limit int) (query string, args []any, none bool) {
+	q := s.deadFilter(f, subs, now)
+	if q.none {
+		return "", nil, true
+	}
+	if after > 0 {
+		q.add(s, "id > ?", after)
+	}
+	if upTo > 0 {
+		q.add(s, "id <= ?", upTo)
+	}
+	cols := `id, queue_table, message_uuid, headers, body, attempts, reason, failed_at`
+	query = `SELECT ` + cols + ` FROM ` + s.Names.Errors
+	if limit > 0 && s.Kind == "sqlserver" {
+		query = `SELECT TOP (` + strconv.Itoa(limit) + `) ` + cols + ` FROM ` + s.Names.Errors
+	}
+	if len(q.where) > 0 {
+		query += ` WHERE ` + strings.Join(q.where, ` AND `)
+	}
+	query += ` ORDER BY id`
+	if limit > 0 && s.Kind != "sqlserver" {
+		query += ` LIMIT ` + strconv.Itoa(limit)
+	}
+	return query, q.args, false
+}
+
 // selectDead reads the error rows f selects with after < id ≤ upTo (upTo
 // 0: no upper bound), in id order, at most limit (all when limit ≤ 0). It
 // also returns the last id it read, for keyset paging.
@@ -123,29 +161,11 @@ func (s *SQL) selectDead(ctx context.Context, f Filter, after, upTo int64, limit
 		topics[q.Name] = q.Topic
 	}
 	now := s.now()
-	q := s.deadFilter(f, subs, now)
-	if q.none {
+	query, args, none := s.deadSelect(f, subs, now, after, upTo, limit)
+	if none {
 		return nil, 0, nil
 	}
-	if after > 0 {
-		q.add(s, "id > ?", after)
-	}
-	if upTo > 0 {
-		q.add(s, "id <= ?", upTo)
-	}
-	cols := `id, queue_table, message_uuid, headers, body, attempts, reason, failed_at`
-	query := `SELECT ` + cols + ` FROM ` + s.Names.Errors
-	if limit > 0 && s.Kind == "sqlserver" {
-		query = `SELECT TOP (` + strconv.Itoa(limit) + `) ` + cols + ` FROM ` + s.Names.Errors
-	}
-	if len(q.where) > 0 {
-		query += ` WHERE ` + strings.Join(q.where, ` AND `)
-	}
-	query += ` ORDER BY id`
-	if limit > 0 && s.Kind != "sqlserver" {
-		query += ` LIMIT ` + strconv.Itoa(limit)
-	}
-	rows, err := s.DB.QueryContext(ctx, query, q.args...)
+	rows, err := s.DB.QueryContext(ctx, query, args...)
 	if err != nil {
 		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
 			return nil, 0, nil

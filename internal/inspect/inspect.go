@@ -22,6 +22,9 @@ type QueueStats struct {
 	// table; SQS: messages in its dead-letter queue, which several queues
 	// may share).
 	DeadLettered int64
+	// DeadLetteredMore is true when DeadLettered stopped counting at
+	// DeadCountCap (SQL on PostgreSQL and SQLite): the queue has more.
+	DeadLetteredMore bool `json:",omitempty"`
 	// DeadLetterQueue names the SQS dead-letter queue counted in
 	// DeadLettered; "" for SQL.
 	DeadLetterQueue string

@@ -18,6 +18,8 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlite"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
 )
@@ -494,16 +496,26 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 			queues[t] = s.queueByName(t)
 		}
 	}
+	// One counting statement per queue, a few at a time: a deployment of
+	// a hundred queues answers in a few round trips' time.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(countParallel)
 	for name, q := range queues {
-		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name]}
+		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name].n, DeadLetteredMore: dead[name].more}
 		byName[name] = st
 		if !existing[name] {
 			st.Missing = true
 			continue
 		}
-		if err := s.countQueue(ctx, q, st); err != nil {
-			return nil, fmt.Errorf("count %s: %w", name, err)
-		}
+		g.Go(func() error {
+			if err := s.countQueue(gctx, q, st); err != nil {
+				return fmt.Errorf("count %s: %w", name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	out := make([]QueueStats, 0, len(byName))
 	for _, st := range byName {
@@ -512,6 +524,9 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out, nil
 }
+
+// countParallel is how many queues Queues counts at once.
+const countParallel = 4
 
 // countQueue counts q's rows by state with one statement of four
 // subqueries, each answered from one of the queue table's partial indexes
@@ -561,23 +576,64 @@ func (s *SQL) nowExpr() expr {
 	}
 }
 
-func (s *SQL) deadCounts(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.DB.QueryContext(ctx, `SELECT queue_table, count(*) FROM `+s.Names.Errors+` GROUP BY queue_table`)
+// DeadCountCap is where the per-queue dead-letter counts stop on
+// PostgreSQL and SQLite: a count reads at most DeadCountCap+1 index
+// entries per queue, so the queue list costs the same with a million dead
+// letters as with ten thousand (QueueStats.DeadLetteredMore says there are
+// more).
+const DeadCountCap = 10_000
+
+// deadCount is one queue's dead letters, capped where the dialect caps.
+type deadCount struct {
+	n    int64
+	more bool
+}
+
+// deadCountsQuery is deadCounts' statement, and whether it caps.
+func (s *SQL) deadCountsQuery() (query string, capped bool) {
+	e := s.Names.Errors
+	query = `SELECT queue_table, count(*) FROM ` + e + ` GROUP BY queue_table`
+	capped = s.Kind == "postgres" || s.Kind == "sqlite"
+	if capped {
+		lim := strconv.Itoa(DeadCountCap + 1)
+		query = `WITH RECURSIVE qs(q) AS (
+	SELECT (SELECT queue_table FROM ` + e + ` ORDER BY queue_table LIMIT 1)
+	UNION ALL
+	SELECT (SELECT queue_table FROM ` + e + ` WHERE queue_table > qs.q ORDER BY queue_table LIMIT 1) FROM qs WHERE qs.q IS NOT NULL
+)
+SELECT q, (SELECT count(*) FROM (SELECT 1 FROM ` + e + ` WHERE queue_table = qs.q LIMIT ` + lim + `) AS c) FROM qs WHERE q IS NOT NULL`
+	}
+	return query, capped
+}
+
+// deadCounts counts each queue's dead letters. On PostgreSQL and SQLite
+// it finds the queues with a skip scan of the error table's queue index
+// (one index probe per queue, a recursive CTE) and counts each up to
+// DeadCountCap+1 entries of that index, instead of grouping every row;
+// SQL Server, whose recursive CTEs take no subqueries, groups over the
+// same index.
+func (s *SQL) deadCounts(ctx context.Context) (map[string]deadCount, error) {
+	query, capped := s.deadCountsQuery()
+	rows, err := s.DB.QueryContext(ctx, query)
 	if err != nil {
 		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
-			return map[string]int64{}, nil
+			return map[string]deadCount{}, nil
 		}
 		return nil, fmt.Errorf("count dead letters: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]int64{}
+	out := map[string]deadCount{}
 	for rows.Next() {
 		var t string
 		var n int64
 		if err := rows.Scan(&t, &n); err != nil {
 			return nil, err
 		}
-		out[t] = n
+		c := deadCount{n: n}
+		if capped && n > DeadCountCap {
+			c = deadCount{n: DeadCountCap, more: true}
+		}
+		out[t] = c
 	}
 	return out, rows.Err()
 }
@@ -601,14 +657,31 @@ func (s *SQL) checkQueue(ctx context.Context, name string, subs []sqlqueue.Queue
 			return nil
 		}
 	}
-	dead, err := s.deadCounts(ctx)
-	if err != nil {
+	if ok, err := s.hasDead(ctx, name); ok || err != nil {
 		return err
 	}
-	if dead[name] > 0 {
-		return nil
-	}
 	return fmt.Errorf("%w: %q is no queue table or topic here", transport.ErrQueueNotFound, name)
+}
+
+// hasDead reports whether queue has a dead letter: one probe of the error
+// table's queue index.
+func (s *SQL) hasDead(ctx context.Context, queue string) (bool, error) {
+	query := `SELECT 1 FROM ` + s.Names.Errors + ` WHERE queue_table = ` + s.ph(1) + ` LIMIT 1`
+	if s.Kind == "sqlserver" {
+		query = `SELECT TOP (1) 1 FROM ` + s.Names.Errors + ` WHERE queue_table = ` + s.ph(1)
+	}
+	var one int
+	err := s.DB.QueryRowContext(ctx, query, queue).Scan(&one)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	}
+	if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
+		return false, nil
+	}
+	return false, fmt.Errorf("find dead letters of %s: %w", queue, err)
 }
 
 func toTime(v any) time.Time {
@@ -638,4 +711,69 @@ func plainRows(rs []errRow) []DeadLetter {
 		out[i] = r.DeadLetter
 	}
 	return out
+}
+
+// Queue returns one queue's counts, by table name or by topic (its
+// default consumer group), without counting the other queues: the console's
+// queue page. An unknown name is an error wrapping
+// transport.ErrQueueNotFound.
+func (s *SQL) Queue(ctx context.Context, name string) (QueueStats, error) {
+	subs, err := s.subscriptions(ctx)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	var q sqlqueue.Queue
+	found := false
+	for _, sub := range subs {
+		if sub.Name == name || (sub.Topic == name && sub.Group == "") {
+			q, found = sub, true
+			break
+		}
+	}
+	tables, err := s.queueTables(ctx)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	has := map[string]bool{}
+	for _, t := range tables {
+		has[t] = true
+	}
+	if !found {
+		if byTopic := sqlqueue.QueueFor(s.Dialect, s.Tables, name, "").Name; has[byTopic] {
+			q, found = s.queueByName(byTopic), true
+		} else if has[name] {
+			q, found = s.queueByName(name), true
+		}
+	}
+	exists := found && has[q.Name]
+	if !found {
+		ok, err := s.hasDead(ctx, name)
+		if err != nil {
+			return QueueStats{}, err
+		}
+		if !ok {
+			return QueueStats{}, fmt.Errorf("%w: %q is not a queue here", transport.ErrQueueNotFound, name)
+		}
+		q = s.queueByName(name)
+	}
+	st := QueueStats{Queue: q.Name, Topic: q.Topic, Group: q.Group, Missing: !exists}
+	lim := DeadCountCap + 1
+	query := `SELECT count(*) FROM (SELECT 1 AS x FROM ` + s.Names.Errors + ` WHERE queue_table = ` + s.ph(1) + ` LIMIT ` + strconv.Itoa(lim) + `) AS c`
+	if s.Kind == "sqlserver" {
+		query = `SELECT count(*) FROM (SELECT TOP (` + strconv.Itoa(lim) + `) 1 AS x FROM ` + s.Names.Errors + ` WHERE queue_table = ` + s.ph(1) + `) AS c`
+	}
+	if err := s.DB.QueryRowContext(ctx, query, q.Name).Scan(&st.DeadLettered); err != nil {
+		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); ok {
+			return QueueStats{}, fmt.Errorf("count dead letters of %s: %w", q.Name, err)
+		}
+	}
+	if st.DeadLettered > DeadCountCap {
+		st.DeadLettered, st.DeadLetteredMore = DeadCountCap, true
+	}
+	if exists {
+		if err := s.countQueue(ctx, q, &st); err != nil {
+			return QueueStats{}, fmt.Errorf("count %s: %w", q.Name, err)
+		}
+	}
+	return st, nil
 }

@@ -29,7 +29,7 @@
     const rate = q.drained_per_minute < 0 ? "–" : (Math.round(q.drained_per_minute * 10) / 10) + "/min";
     return {
       ready: String(q.ready), in_flight: String(q.in_flight), delayed: String(q.delayed),
-      dead_lettered: String(q.dead_lettered), oldest: q.ready === 0 ? "–" : fmtAge(q.oldest_ready_seconds), rate: rate,
+      dead_lettered: String(q.dead_lettered) + (q.dead_lettered_more ? "+" : ""), oldest: q.ready === 0 ? "–" : fmtAge(q.oldest_ready_seconds), rate: rate,
     };
   }
   function update(root, q) {
