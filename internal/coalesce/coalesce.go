@@ -1,11 +1,26 @@
-// Package coalesce batches concurrent calls into group commits.
+// Package coalesce batches concurrent calls into group commits. It is
+// Berth's one coalescer: SQL settlement (package sqlqueue) and SQS
+// settlement (package sqs) both use it, each with its policy.
 //
-// A Coalescer turns many concurrent Do calls into few flushes: the first
-// caller on an idle coalescer flushes its own item at once (no added latency
-// when idle); callers that arrive while a flush is in flight queue up, and
-// when it returns, one of them leads the next flush with everything queued
-// (up to a maximum batch). There is no timer and no goroutine: the callers'
-// own goroutines run the flushes.
+// A Coalescer turns many concurrent Do calls into few flushes, under one of
+// two policies:
+//
+//   - The leader policy (New, NewLinger): the first caller on an idle
+//     coalescer flushes its own item at once (no added latency when idle),
+//     or after a short linger; callers that arrive while a flush is in
+//     flight queue up, and when it returns, one of them leads the next flush
+//     with everything queued (up to a maximum batch). One flush at a time,
+//     run by the callers' own goroutines; no timer outside the linger. It
+//     suits a database, where a second concurrent statement would contend
+//     with the first.
+//   - The timer policy (NewTimer): a batch goes when it holds the maximum
+//     batch, or when its first item has waited the linger, on a goroutine of
+//     the coalescer's own; any number of batches may be in flight at once.
+//     It suits a remote API billed per request, where concurrent requests
+//     cost nothing extra but every partial batch does.
+//
+// Each caller gets its own item's outcome; a flush that panics fails its
+// batch with an error instead of taking the process down.
 package coalesce
 
 import (
@@ -32,6 +47,8 @@ type Coalescer[T any] struct {
 	lingering bool          // the leader is in lingerFor: signal arrived
 	idle      chan struct{} // closed when !busy; replaced when a flush starts
 	closed    bool
+
+	timed *timed // the timer policy; nil for the leader policy
 }
 
 type waiter[T any] struct {
@@ -87,7 +104,13 @@ const DefaultLull = time.Millisecond
 // Do submits item and waits for the outcome of the flush that carries it.
 // If ctx is done while the item is still queued, Do withdraws it and returns
 // ctx.Err(); once its flush has started, Do waits for its outcome.
+//
+// Under the timer policy the item is flushed even when ctx ends first: Do
+// returns ctx.Err() at once, and the outcome is lost.
 func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
+	if c.timed != nil {
+		return c.doTimed(ctx, item)
+	}
 	w := &waiter[T]{item: item, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -202,17 +225,7 @@ func (c *Coalescer[T]) run(ctx context.Context) {
 	for i, w := range batch {
 		items[i] = w.item
 	}
-	errs := c.safeFlush(context.WithoutCancel(ctx), items)
-	for i, w := range batch {
-		var err error
-		switch {
-		case len(errs) == len(batch):
-			err = errs[i]
-		case len(errs) != 0:
-			err = errs[0]
-		}
-		w.done <- err
-	}
+	deliver(batch, c.safeFlush(context.WithoutCancel(ctx), items))
 
 	c.mu.Lock()
 	if len(c.queue) == 0 {
@@ -224,6 +237,21 @@ func (c *Coalescer[T]) run(ctx context.Context) {
 		next.lead <- struct{}{}
 	}
 	c.mu.Unlock()
+}
+
+// deliver hands each waiter of batch its outcome from errs: nil (all
+// succeeded), one error per item, or one error for all.
+func deliver[T any](batch []*waiter[T], errs []error) {
+	for i, w := range batch {
+		var err error
+		switch {
+		case len(errs) == len(batch):
+			err = errs[i]
+		case len(errs) != 0:
+			err = errs[0]
+		}
+		w.done <- err
+	}
 }
 
 func (c *Coalescer[T]) safeFlush(ctx context.Context, items []T) (errs []error) {
@@ -243,7 +271,15 @@ func (c *Coalescer[T]) safeFlush(ctx context.Context, items []T) (errs []error) 
 // flushed, or ctx is done. Queued items are flushed with their leaders'
 // contexts stripped of cancellation, so a cancelled shutdown context does not
 // fail the final flush. Close is idempotent.
+//
+// Under the timer policy Close sends what is waiting at once, without
+// lingering, and waits for every batch in flight; when ctx ends first it
+// cancels their flushes' context, waits for them to return, and returns
+// ctx.Err().
 func (c *Coalescer[T]) Close(ctx context.Context) error {
+	if c.timed != nil {
+		return c.closeTimed(ctx)
+	}
 	c.mu.Lock()
 	c.closed = true
 	idle := c.idle

@@ -18,6 +18,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/internal/coalesce"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -41,8 +42,8 @@ type Source struct {
 	visDur     time.Duration // visibility as a duration
 	attempts   int
 
-	deletes *batcher[string]
-	changes *batcher[visibility]
+	deletes *coalesce.Coalescer[string]
+	changes *coalesce.Coalescer[visibility]
 
 	ctx    context.Context // for long polls; cancelled only for one that outlives its wait
 	cancel context.CancelFunc
@@ -273,8 +274,8 @@ func (s *Source) Begin(ctx context.Context, d *transport.Delivery) error {
 	if !now.Before(time.Unix(0, h.deadline.Load())) {
 		return fmt.Errorf("sqs: message %s: visibility expired before processing: %w", d.ID, transport.ErrLeaseLost)
 	}
-	if err := s.changes.do(ctx, visibility{receipt: h.receipt, timeout: s.visibility}); err != nil {
-		return fmt.Errorf("sqs: extend visibility of %s: %w", d.ID, err)
+	if err := s.changes.Do(ctx, visibility{receipt: h.receipt, timeout: s.visibility}); err != nil {
+		return fmt.Errorf("sqs: extend visibility of %s: %w", d.ID, settleErr(err))
 	}
 	h.deadline.Store(now.Add(s.visDur).UnixNano())
 	return nil
@@ -290,8 +291,8 @@ func (s *Source) needsExtension(h *handle, now time.Time) bool {
 // DeleteMessageBatch requests.
 func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
 	h := d.Handle.(*handle)
-	if err := s.deletes.do(ctx, h.receipt); err != nil {
-		return fmt.Errorf("sqs: delete %s: %w", d.ID, err)
+	if err := s.deletes.Do(ctx, h.receipt); err != nil {
+		return fmt.Errorf("sqs: delete %s: %w", d.ID, settleErr(err))
 	}
 	return nil
 }
@@ -301,8 +302,8 @@ func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
 // requests; SQS redelivers it then with ApproximateReceiveCount + 1.
 func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
 	h := d.Handle.(*handle)
-	if err := s.changes.do(ctx, visibility{receipt: h.receipt, timeout: seconds(delay, MaxVisibilityTimeout)}); err != nil {
-		return fmt.Errorf("sqs: retry %s: %w", d.ID, err)
+	if err := s.changes.Do(ctx, visibility{receipt: h.receipt, timeout: seconds(delay, MaxVisibilityTimeout)}); err != nil {
+		return fmt.Errorf("sqs: retry %s: %w", d.ID, settleErr(err))
 	}
 	return nil
 }
@@ -376,8 +377,8 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *mes
 		s.logger.Debug("Dead letter left to the queue's redrive policy", watermill.LogFields{
 			"queue": s.q.name, "sqs_message_id": d.ID, "reason": reason,
 		})
-		if err := s.changes.do(ctx, visibility{receipt: h.receipt}); err != nil {
-			return fmt.Errorf("sqs: dead-letter %s: release to redrive policy: %w", d.ID, err)
+		if err := s.changes.Do(ctx, visibility{receipt: h.receipt}); err != nil {
+			return fmt.Errorf("sqs: dead-letter %s: release to redrive policy: %w", d.ID, settleErr(err))
 		}
 		return nil
 	}
@@ -429,8 +430,8 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *mes
 	if _, err := s.api.SendMessage(ctx, in); err != nil {
 		return fmt.Errorf("sqs: dead-letter %s: send to %s: %w", d.ID, s.dlq.name, err)
 	}
-	if err := s.deletes.do(ctx, h.receipt); err != nil {
-		return fmt.Errorf("sqs: dead-letter %s: delete: %w", d.ID, err)
+	if err := s.deletes.Do(ctx, h.receipt); err != nil {
+		return fmt.Errorf("sqs: dead-letter %s: delete: %w", d.ID, settleErr(err))
 	}
 	return nil
 }
@@ -448,7 +449,7 @@ func (s *Source) Close(ctx context.Context) error {
 		s.mu.Lock()
 		s.closing = true
 		s.mu.Unlock()
-		// The final flush runs on the batchers' own context; ctx bounds the
+		// The final flush runs on the coalescers' own context; ctx bounds the
 		// wait, with a short grace when it is already done.
 		wctx := ctx
 		if ctx.Err() != nil {
@@ -456,7 +457,7 @@ func (s *Source) Close(ctx context.Context) error {
 			wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 			defer cancel()
 		}
-		errs := []error{s.deletes.close(wctx), s.changes.close(wctx)}
+		errs := []error{s.deletes.Close(wctx), s.changes.Close(wctx)}
 		errs = append(errs, s.waitPolls())
 		s.cancel()
 		s.closeErr = errors.Join(errs...)

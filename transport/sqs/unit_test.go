@@ -205,7 +205,7 @@ func TestDeleteBatchRetriesPartialFailures(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 11)
 	for i := range 10 {
-		wg.Go(func() { errs[i] = b.do(context.Background(), "r"+strconv.Itoa(i)) })
+		wg.Go(func() { errs[i] = b.Do(context.Background(), "r"+strconv.Itoa(i)) })
 	}
 	// Ten entries make a full batch at once, and r3 and r7 are sent again.
 	waitUntil(t, 5*time.Second, "the full batch and its retry", func() bool {
@@ -214,13 +214,11 @@ func TestDeleteBatchRetriesPartialFailures(t *testing.T) {
 		return len(f.deleted) == 10
 	})
 	// The eleventh waits for the Close flush (the interval is an hour).
-	wg.Go(func() { errs[10] = b.do(context.Background(), "gone") })
+	wg.Go(func() { errs[10] = b.Do(context.Background(), "gone") })
 	waitUntil(t, 5*time.Second, "the eleventh entry to queue", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.pending) == 1
+		return b.Queued() == 1
 	})
-	if err := b.close(context.Background()); err != nil {
+	if err := b.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -247,8 +245,8 @@ func TestDeleteBatchRetriesPartialFailures(t *testing.T) {
 	if f.requests != 3 {
 		t.Errorf("%d DeleteMessageBatch requests, want 3", f.requests)
 	}
-	if err := b.do(context.Background(), "late"); !errors.Is(err, transport.ErrClosed) {
-		t.Errorf("do after close = %v, want ErrClosed", err)
+	if err := settleErr(b.Do(context.Background(), "late")); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Do after Close = %v, want transport.ErrClosed", err)
 	}
 }
 
