@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -238,7 +239,7 @@ func (b *batcher) run(bt *batch) {
 func (b *batcher) call(msgs []*message.Message) error {
 	err, panicked := callBatchFunc(b.fn, b.ctx, msgs)
 	if panicked {
-		b.cfg.Logger.Error("Batch func panicked", err, watermill.LogFields{"batch_size": len(msgs)})
+		guard.Do(func() { b.cfg.Logger.Error("Batch func panicked", err, watermill.LogFields{"batch_size": len(msgs)}) })
 	}
 	return err
 }
@@ -262,7 +263,9 @@ func (b *batcher) settle(ms []*member, err error) {
 	var pe *PartialError
 	if errors.As(err, &pe) && pe != nil && validIndexes(pe, len(ms)) {
 		if b.logFailures && len(pe.Failed) > 0 {
-			b.cfg.Logger.Error("Batch members failed", err, watermill.LogFields{"batch_size": len(ms), "failed": len(pe.Failed)})
+			guard.Do(func() {
+				b.cfg.Logger.Error("Batch members failed", err, watermill.LogFields{"batch_size": len(ms), "failed": len(pe.Failed)})
+			})
 		}
 		for i, m := range ms {
 			cause, failed := pe.Failed[i]
@@ -278,7 +281,7 @@ func (b *batcher) settle(ms []*member, err error) {
 		return
 	}
 	if b.logFailures {
-		b.cfg.Logger.Error("Batch failed", err, watermill.LogFields{"batch_size": len(ms)})
+		guard.Do(func() { b.cfg.Logger.Error("Batch failed", err, watermill.LogFields{"batch_size": len(ms)}) })
 	}
 	finishAll(ms, fmt.Errorf("batching: batch of %d failed: %w", len(ms), err))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/berth-go/berth/internal/guard"
 )
 
 // Consume reads msgs (a channel from message.Subscriber.Subscribe), groups
@@ -50,7 +51,7 @@ func (b *batcher) consume(ctx context.Context, msgs <-chan *message.Message) err
 				break
 			}
 			if _, err := b.add(msg, ackOrNack(msg)); err != nil {
-				b.cfg.Logger.Error("Cannot batch message", err, watermill.LogFields{"message_uuid": msg.UUID})
+				guard.Do(func() { b.cfg.Logger.Error("Cannot batch message", err, watermill.LogFields{"message_uuid": msg.UUID}) })
 				msg.Nack()
 			}
 		}

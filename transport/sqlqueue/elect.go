@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"sync"
 	"time"
+
+	ibackoff "github.com/berth-go/berth/internal/backoff"
 )
 
 // Wake-up leadership timing. A leader answers a queue's notifications for
@@ -118,7 +120,7 @@ func (s *WakeSession) Elect(ctx context.Context, lead LeadFunc) (context.Context
 
 	wanted := s.hub.leadable(s.db)
 	now := s.now()
-	term, contend := jitter(leadTerm), jitter(leadContend) // one draw per pass
+	term, contend := ibackoff.Spread(leadTerm), ibackoff.Spread(leadContend) // one draw per pass
 	var take, give []string
 	for table, st := range s.queues {
 		if wanted[table] {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -348,7 +349,7 @@ func (p *prober) probe() time.Duration {
 	if err != nil {
 		// Wake every parked queue: their sources' own claims report the
 		// error (or find the rows) and the receive loop backs off.
-		safeLog(func() { p.logger.Error("idle probe failed; waking the parked queues", err, nil) })
+		guard.Do(func() { p.logger.Error("idle probe failed; waking the parked queues", err, nil) })
 		p.sched.reset()
 		for _, q := range qs {
 			wake = append(wake, q.Name)

@@ -5,12 +5,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	ibackoff "github.com/berth-go/berth/internal/backoff"
+	"github.com/berth-go/berth/internal/guard"
 )
 
 // The statement retry policy (see the package documentation, Statement
@@ -39,7 +41,8 @@ const (
 	notCommitted
 )
 
-// backoff runs an operation again after retryable errors.
+// backoff runs an operation again after retryable errors, its waits drawn
+// from internal/backoff (imported here as ibackoff).
 type backoff struct {
 	attempts  int // further runs after the first
 	base, max time.Duration
@@ -54,26 +57,17 @@ var defaultBackoff = backoff{attempts: retryAttempts, base: retryBase, max: retr
 // each new run with the error that caused it. It stops at once when ctx is
 // done, and returns fn's last error.
 func (b backoff) run(ctx context.Context, retryable func(error) bool, retried func(error), fn func() error) error {
-	delay := b.base
+	p := ibackoff.Policy{Base: b.base, Max: b.max}
 	for n := 0; ; n++ {
 		err := fn()
 		if err == nil || n >= b.attempts || ctx.Err() != nil || !retryable(err) {
 			return err
 		}
-		if b.sleep(ctx, halfJitter(delay)) != nil {
+		if b.sleep(ctx, p.Delay(n)) != nil {
 			return err
 		}
-		delay = min(delay*2, b.max)
 		retried(err)
 	}
-}
-
-// halfJitter returns a random duration in [d/2, d].
-func halfJitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -119,17 +113,11 @@ func (e *engine) retry(ctx context.Context, logger watermill.LoggerAdapter, op s
 			msg = "statement still failing after retrying a transient database error"
 			fields["last_error"] = err.Error()
 		}
-		safeLog(func() { logger.Info(msg, fields) })
+		// A logger that panics must not take the caller (a settlement,
+		// the sweeper's goroutine) down with it.
+		guard.Do(func() { logger.Info(msg, fields) })
 	}
 	return err
-}
-
-// safeLog runs a logging call; a logger that panics must not take the
-// caller (a settlement, the sweeper's goroutine) down with it. The
-// pipeline guards its own logging the same way.
-func safeLog(fn func()) {
-	defer func() { _ = recover() }()
-	fn()
 }
 
 // ConnectionLost reports whether err says the connection to the database

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/coalesce"
+	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -82,7 +82,7 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 		e:         e,
 		cfg:       cfg,
 		q:         q,
-		logger:    cfg.Logger.With(watermill.LogFields{"queue": q.Name}),
+		logger:    withFields(cfg.Logger, watermill.LogFields{"queue": q.Name}),
 		w:         &waiter{ch: make(chan struct{}, 1), debounce: cfg.WakeDebounce},
 		stopSweep: make(chan struct{}),
 	}
@@ -103,6 +103,14 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 		go s.sweepLoop()
 	}
 	return s
+}
+
+// withFields returns logger.With(fields), or logger itself when With
+// panics: a faulty logger costs its fields, not the Subscribe call.
+func withFields(logger watermill.LoggerAdapter, fields watermill.LogFields) watermill.LoggerAdapter {
+	out := logger
+	guard.Do(func() { out = logger.With(fields) })
+	return out
 }
 
 // Queue returns the queue this source consumes.
@@ -258,7 +266,16 @@ func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
 // Begin implements transport.Source: the lease gate, group-committed with
 // concurrent Begin calls into one fenced statement.
 func (s *Source) Begin(ctx context.Context, d *transport.Delivery) error {
-	return s.begin.Do(ctx, d)
+	return s.settleErr("begin", d, s.begin.Do(ctx, d))
+}
+
+// settleErr maps the coalescers' ErrClosed (a settlement after Close) to
+// transport.ErrClosed; other errors pass unchanged.
+func (s *Source) settleErr(op string, d *transport.Delivery, err error) error {
+	if errors.Is(err, coalesce.ErrClosed) {
+		return fmt.Errorf("sqlqueue: %s row %s of %s: %w", op, d.ID, s.q.Name, transport.ErrClosed)
+	}
+	return err
 }
 
 func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []error {
@@ -338,7 +355,7 @@ func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, 
 // Complete implements transport.Source: the ack deletes the row,
 // group-committed into one fenced DELETE.
 func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
-	return s.complete.Do(ctx, d)
+	return s.settleErr("complete", d, s.complete.Do(ctx, d))
 }
 
 func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []error {
@@ -348,7 +365,7 @@ func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []
 // Retry implements transport.Source: the row returns to pending, due after
 // delay, group-committed.
 func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
-	return s.retry.Do(ctx, retryItem{d: d, delay: delay})
+	return s.settleErr("retry", d, s.retry.Do(ctx, retryItem{d: d, delay: delay}))
 }
 
 func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
@@ -459,9 +476,4 @@ func (s *Source) Close(ctx context.Context) error {
 type countRef struct {
 	kind string
 	n    *atomic.Int64
-}
-
-// jitter returns d ± 25%.
-func jitter(d time.Duration) time.Duration {
-	return d*3/4 + rand.N(d/2+1)
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	ibackoff "github.com/berth-go/berth/internal/backoff"
+	"github.com/berth-go/berth/internal/guard"
 )
 
 // sweepLimit bounds the rows one sweep statement touches; a full batch
@@ -25,30 +28,32 @@ type SweepResult struct {
 	Stray int
 }
 
+// sweepLoop sweeps every SweepInterval ± 25% (on the pipeline's clock)
+// until stopSweep closes. Its logging is guarded: a logger that panics
+// costs the log line, never the loop or the process.
 func (s *Source) sweepLoop() {
 	defer s.swept.Done()
-	t := time.NewTimer(jitter(s.cfg.SweepInterval))
-	defer t.Stop()
+	clock := s.cfg.Pipeline.Clock
+	next := ibackoff.Spread(s.cfg.SweepInterval)
 	for {
 		select {
 		case <-s.stopSweep:
 			return
-		case <-t.C:
+		case <-clock.After(next):
 		}
+		next = ibackoff.Spread(s.cfg.SweepInterval)
 		if s.idleClean(s.cfg.SweepInterval) {
 			s.e.ctrs.skippedSweeps.Add(1)
-			t.Reset(jitter(s.cfg.SweepInterval))
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
 		res, err := s.Sweep(ctx)
 		cancel()
-		next := jitter(s.cfg.SweepInterval)
 		switch {
 		case err != nil:
-			safeLog(func() { s.logger.Error("sweep failed", err, nil) })
+			guard.Do(func() { s.logger.Error("sweep failed", err, nil) })
 		case res.Recovered+res.DeadLettered+res.Expired+res.Stray > 0:
-			safeLog(func() {
+			guard.Do(func() {
 				fields := watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired, "stray": res.Stray}
 				if res.Stray > 0 {
 					// Rows written by something else than Berth: worth a look.
@@ -61,7 +66,6 @@ func (s *Source) sweepLoop() {
 				next = 0
 			}
 		}
-		t.Reset(next)
 	}
 }
 

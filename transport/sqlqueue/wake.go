@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	ibackoff "github.com/berth-go/berth/internal/backoff"
+	"github.com/berth-go/berth/internal/guard"
 )
 
 // localWake is the process-wide wake-up hub. Sources register under (pool,
@@ -317,7 +320,8 @@ func releaseListener(db *sql.DB, l *listener) {
 }
 
 // listener runs a dialect Notifier on one dedicated connection, feeding the
-// process-wide hub, and reconnects with backoff until stopped.
+// process-wide hub, and reconnects with backoff (reconnectBackoff) until
+// stopped.
 type listener struct {
 	refs   int // guarded by listenersMu
 	stop   context.CancelFunc
@@ -332,9 +336,16 @@ func startListener(db *sql.DB, n Notifier, logger watermill.LoggerAdapter) *list
 	return l
 }
 
+// reconnectBackoff spaces the wake-up listener's reconnects: 50–100 ms
+// before the first, doubling up to 15–30 s. A connection that lasted
+// reconnectReset starts over from the first.
+var reconnectBackoff = ibackoff.Policy{Base: 100 * time.Millisecond, Max: 30 * time.Second}
+
+const reconnectReset = time.Minute
+
 func (l *listener) run(ctx context.Context, db *sql.DB, n Notifier) {
 	defer close(l.done)
-	backoff := 100 * time.Millisecond
+	failures := 0 // reconnects since the last connection that lasted
 	for ctx.Err() == nil {
 		start := time.Now()
 		conn, err := db.Conn(ctx)
@@ -351,16 +362,21 @@ func (l *listener) run(ctx context.Context, db *sql.DB, n Notifier) {
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(start) > time.Minute {
-			backoff = 100 * time.Millisecond
+		if time.Since(start) > reconnectReset {
+			failures = 0
 		}
-		l.logger.Info("wake-up listener lost its connection; polling until it reconnects", watermill.LogFields{"error": err, "retry_in": backoff})
+		wait := reconnectBackoff.Delay(failures)
+		failures++
+		guard.Do(func() {
+			l.logger.Info("wake-up listener lost its connection; polling until it reconnects", watermill.LogFields{"error": err, "retry_in": wait})
+		})
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(backoff):
+		case <-t.C:
 		}
-		backoff = min(backoff*2, 30*time.Second)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/berth-go/berth/transport"
 )
@@ -232,13 +233,11 @@ func (p *Publisher) sendBatches(batches [][]*outgoing, concurrency int, dest str
 	var (
 		mu   sync.Mutex
 		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, max(1, concurrency))
+		g    errgroup.Group // no error of its own: each message's goes to errs
 	)
+	g.SetLimit(max(1, concurrency))
 	for _, b := range batches {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			ctx, cancel := allDone(b)
 			defer cancel()
 			res := runBatch(ctx, b, p.cfg.SendAttempts, send)
@@ -249,9 +248,10 @@ func (p *Publisher) sendBatches(batches [][]*outgoing, concurrency int, dest str
 					errs = append(errs, fmt.Errorf("sqs: publish %s to %s: %w", b[i].msg.UUID, dest, err))
 				}
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errs
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/coalesce"
+	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -134,8 +135,10 @@ func (s *Source) releaseReceived(ms []types.Message) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), closeGrace)
 	defer cancel()
 	if err := errors.Join(runBatch(ctx, vs, s.attempts, visibilitySender(s.api, s.q.url))...); err != nil {
-		s.logger.Error("Releasing the messages of a cancelled claim failed; they return after their visibility timeout", err, watermill.LogFields{
-			"queue": s.q.name, "messages": len(ms),
+		guard.Do(func() {
+			s.logger.Error("Releasing the messages of a cancelled claim failed; they return after their visibility timeout", err, watermill.LogFields{
+				"queue": s.q.name, "messages": len(ms),
+			})
 		})
 	}
 }
@@ -374,8 +377,10 @@ func (s *Source) Renew(ctx context.Context, ds []*transport.Delivery) error {
 func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, msg *message.Message, reason string) error {
 	h := d.Handle.(*handle)
 	if s.dlq == nil {
-		s.logger.Debug("Dead letter left to the queue's redrive policy", watermill.LogFields{
-			"queue": s.q.name, "sqs_message_id": d.ID, "reason": reason,
+		guard.Do(func() {
+			s.logger.Debug("Dead letter left to the queue's redrive policy", watermill.LogFields{
+				"queue": s.q.name, "sqs_message_id": d.ID, "reason": reason,
+			})
 		})
 		if err := s.changes.Do(ctx, visibility{receipt: h.receipt}); err != nil {
 			return fmt.Errorf("sqs: dead-letter %s: release to redrive policy: %w", d.ID, settleErr(err))
