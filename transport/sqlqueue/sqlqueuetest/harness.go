@@ -150,6 +150,7 @@ var cases = []struct {
 	{"BadInput", testBadInput},
 	{"SubscribeToExistingQueueTakesNoTableLock", testSubscribeWhileWriting},
 	{"SweepDeadLettersStrayRows", testSweepStray},
+	{"SweeperSurvivesPanickingLogger", testSweeperPanickingLogger},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
