@@ -3,23 +3,32 @@
 #
 #   1. start or find the services (scripts/services.sh), stopped again on exit
 #   2. gofmt -l        (any file listed fails)
-#   3. go vet ./...
-#   4. staticcheck ./... (pinned, installed into .cache/bin)
-#   5. go test -race -count=1 ./...
+#   3. go vet ./...     in every module
+#   4. staticcheck ./... (pinned, installed into .cache/bin) in every module
+#   5. go test -race -count=1 ./... in every module
 #
 # `scripts/test.sh lint` runs steps 2-4 only, without services.
+#
+# The modules are those go.work lists (scripts/modules.sh; docs/development.md,
+# Modules): `./...` never spans a module boundary, so steps 3-5 run in each
+# module's directory with GOWORK=off, each module built from its own go.mod.
+# A go.mod that go.work does not list fails the run.
 #
 # Each step fails fast with its name. Under CI=true a missing service is a
 # failure; elsewhere a warning, and the tests that need it skip.
 #
 # Environment: GO_TEST_FLAGS adds flags to go test (e.g. "-run TestFoo -v");
-# GO_TEST_PACKAGES replaces ./... .
+# GO_TEST_PACKAGES replaces the modules' ./... with the packages named, run
+# from the repository root in workspace mode (go.work), so that they may lie
+# in any module (e.g. "./transport/... ./cmd/berth").
 set -euo pipefail
 
 BERTH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$BERTH_ROOT"
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
+# shellcheck source=scripts/modules.sh
+source scripts/modules.sh
 
 STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}" # staticcheck 2026.2.2; v0.8.x is the first line whose go.mod targets Go 1.26
 
@@ -70,6 +79,22 @@ go_files() {
 	fi
 }
 
+step "modules"
+mapfile -t modules < <(berth_modules)
+[[ ${#modules[@]} -gt 0 && "${modules[0]}" == . ]] || die "go.work does not list the root module first"
+printf '%s\n' "${modules[@]}" >&2
+# in_modules runs its arguments in each module's directory, GOWORK=off.
+in_modules() {
+	local m
+	for m in "${modules[@]}"; do
+		(cd "$BERTH_ROOT/$m" && GOWORK=off "$@") || return
+	done
+}
+while IFS= read -r f; do
+	d="$(dirname "$f")"
+	printf '%s\n' "${modules[@]}" | grep -qxF "$d" || die "$f: a module go.work does not list (add it: go work use $d)"
+done < <(git ls-files -co --exclude-standard -- go.mod '*/go.mod' 2>/dev/null || find . -name go.mod -not -path './.cache/*' | sed 's#^\./##')
+
 step "gofmt"
 if ! unformatted="$(go_files | xargs -r -d '\n' gofmt -l)"; then
 	die "gofmt could not parse the files above"
@@ -80,7 +105,7 @@ if [[ -n "$unformatted" ]]; then
 fi
 
 step "go vet"
-go vet ./... || die "go vet failed"
+in_modules go vet ./... || die "go vet failed"
 
 step "staticcheck $STATICCHECK_VERSION"
 staticcheck="$BERTH_CACHE/bin/staticcheck"
@@ -88,7 +113,7 @@ if ! "$staticcheck" -version 2>/dev/null | grep -qF "(${STATICCHECK_VERSION#v})"
 	GOBIN="$BERTH_CACHE/bin" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ||
 		die "could not install staticcheck $STATICCHECK_VERSION"
 fi
-"$staticcheck" ./... || die "staticcheck failed"
+in_modules "$staticcheck" ./... || die "staticcheck failed"
 
 if [[ "$mode" == lint ]]; then
 	exit 0
@@ -102,12 +127,11 @@ export BERTH_CHAOS_LEDGER_DIR="$BERTH_CACHE/chaos"
 rm -rf "$BERTH_CHAOS_LEDGER_DIR"
 if [[ -z "${GO_TEST_PACKAGES:-}" ]]; then
 	rc=0
-	go test -race -count=1 -timeout 10m ./internal/chaos/ || rc=$?
+	GOWORK=off go test -race -count=1 -timeout 10m ./internal/chaos/ || rc=$?
 	cat "$BERTH_CHAOS_LEDGER_DIR"/*.txt 2>/dev/null || true
 	if [[ $rc != 0 ]]; then
 		die "chaos harness failed (exit $rc)"
 	fi
-	GO_TEST_PACKAGES=$(go list ./... | grep -v '/internal/chaos$' | tr '\n' ' ')
 fi
 
 step "go test -race"
@@ -116,12 +140,30 @@ step "go test -race"
 # go test runs in the background, in its own process group, so that a signal
 # to this script runs the EXIT trap at once (rather than after the suite) and
 # the trap can stop go test with its test binaries.
-# shellcheck disable=SC2086 # GO_TEST_FLAGS and GO_TEST_PACKAGES are word lists
-setsid go test -race -count=1 -timeout 25m -p 2 ${GO_TEST_FLAGS:-} ${GO_TEST_PACKAGES:-./...} &
-GO_TEST_PID=$!
-rc=0
-wait "$GO_TEST_PID" || rc=$?
-GO_TEST_PID=""
-if [[ $rc != 0 ]]; then
-	die "go test failed (exit $rc)"
+# go_test DIR GOWORK PACKAGES... runs go test in DIR.
+go_test() {
+	local dir=$1 work=$2 rc=0
+	shift 2
+	# shellcheck disable=SC2086 # GO_TEST_FLAGS is a word list
+	(cd "$dir" && GOWORK="$work" exec setsid go test -race -count=1 -timeout 25m -p 2 ${GO_TEST_FLAGS:-} "$@") &
+	GO_TEST_PID=$!
+	wait "$GO_TEST_PID" || rc=$?
+	GO_TEST_PID=""
+	if [[ $rc != 0 ]]; then
+		die "go test failed in ${dir#"$BERTH_ROOT"/} (exit $rc)"
+	fi
+}
+if [[ -n "${GO_TEST_PACKAGES:-}" ]]; then
+	# shellcheck disable=SC2086 # GO_TEST_PACKAGES is a word list
+	go_test "$BERTH_ROOT" "$BERTH_ROOT/go.work" $GO_TEST_PACKAGES
+else
+	for m in "${modules[@]}"; do
+		if [[ $m == . ]]; then
+			# The chaos harness ran above.
+			# shellcheck disable=SC2046 # one package a word
+			go_test "$BERTH_ROOT" off $(GOWORK=off go list ./... | grep -v '/internal/chaos$')
+		else
+			go_test "$BERTH_ROOT/$m" off ./...
+		fi
+	done
 fi
