@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -128,4 +129,28 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		<-tick.C
 	}
+}
+
+// collect receives n messages from ch within d, keyed by UUID, acking them.
+func collect(t *testing.T, ch <-chan *message.Message, n int, d time.Duration) map[string]*message.Message {
+	t.Helper()
+	got := make(map[string]*message.Message, n)
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for len(got) < n {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				t.Fatalf("channel closed after %d of %d messages", len(got), n)
+			}
+			m.Ack()
+			if _, dup := got[m.UUID]; dup {
+				t.Errorf("message %s received twice", m.UUID)
+			}
+			got[m.UUID] = m
+		case <-timeout.C:
+			t.Fatalf("received %d of %d messages within %s", len(got), n, d)
+		}
+	}
+	return got
 }

@@ -1,4 +1,4 @@
-package sqs
+package compat
 
 import (
 	"context"
@@ -21,17 +21,18 @@ import (
 
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqs"
 )
 
 // These tests run the real github.com/ThreeDotsLabs/watermill-aws v1.0.1
 // publishers and subscribers against the emulator, next to Berth's with
-// WatermillAWSCodec. Queues are created beforehand, so neither library
+// sqs.WatermillAWSCodec. Queues are created beforehand, so neither library
 // creates any.
 
 // watermillAWSSQS returns watermill-aws's SQS client settings for the
 // emulator.
 func watermillAWSSQS(t *testing.T) (aws.Config, []func(*awssqs.Options)) {
-	c := clientConfig(t, nil)
+	c := clientConfig(t)
 	return *c.AWS, []func(*awssqs.Options){func(o *awssqs.Options) { o.BaseEndpoint = aws.String(c.Endpoint) }}
 }
 
@@ -111,7 +112,7 @@ func collect(t *testing.T, ch <-chan *message.Message, n int, d time.Duration) m
 
 // berthDeliveryKeys are the metadata keys a Berth subscriber adds.
 var berthDeliveryKeys = map[string]bool{
-	MetadataSQSMessageID: true, MetadataReceiveCount: true, MetadataSentTimestamp: true,
+	sqs.MetadataSQSMessageID: true, sqs.MetadataReceiveCount: true, sqs.MetadataSentTimestamp: true,
 	transport.MetadataAttempt: true, transport.MetadataMessageID: true,
 }
 
@@ -129,7 +130,7 @@ func sameMessage(t *testing.T, got map[string]*message.Message, want *message.Me
 	}
 	gotMeta := maps.Clone(m.Metadata)
 	for k := range extra {
-		if _, ok := gotMeta[k]; !ok && k != MetadataSentTimestamp {
+		if _, ok := gotMeta[k]; !ok && k != sqs.MetadataSentTimestamp {
 			t.Errorf("%s: no %s in metadata", want.UUID, k)
 		}
 		delete(gotMeta, k)
@@ -140,7 +141,7 @@ func sameMessage(t *testing.T, got map[string]*message.Message, want *message.Me
 }
 
 // TestWatermillAWSPublisherToBerthSubscriber: what watermill-aws's
-// publisher sends, a Berth subscriber with WatermillAWSCodec reads with the
+// publisher sends, a Berth subscriber with sqs.WatermillAWSCodec reads with the
 // same UUID, payload and metadata; a message a Berth publisher not yet
 // switched sends to the same queue in Berth's format is read too.
 func TestWatermillAWSPublisherToBerthSubscriber(t *testing.T) {
@@ -158,7 +159,7 @@ func TestWatermillAWSPublisherToBerthSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	berthFormat := newMsg("berth-format", []byte{0, 0xff, 'b'}, manyKeys(15)...)
-	pub, err := NewPublisher(PublisherConfig{Client: clientConfig(t, nil)}, testLogger(t))
+	pub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: clientConfig(t)}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestWatermillAWSPublisherToBerthSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sub := newTestSubscriber(t, SubscriberConfig{Codec: WatermillAWSCodec{}})
+	sub := newTestSubscriber(t, sqs.SubscriberConfig{Codec: sqs.WatermillAWSCodec{}})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestBerthPublisherToWatermillAWSSubscriber(t *testing.T) {
 	defer pub.Close()
 
 	forwarded := newMsg("forwarded", []byte("x"), "k", "v",
-		MetadataSQSMessageID, "old-id", MetadataReceiveCount, "2", transport.MetadataAttempt, "2")
+		sqs.MetadataSQSMessageID, "old-id", sqs.MetadataReceiveCount, "2", transport.MetadataAttempt, "2")
 	good := []*message.Message{
 		newMsg("plain", []byte(`{"order":1}`), "correlation_id", "c-1"),
 		newMsg("unicode", []byte("żółw ✓ 日本語"), "name", "Zoë ✓ 日本語", "emoji", "🚀"),
@@ -263,26 +264,23 @@ func queueDepth(t *testing.T, api *awssqs.Client, url string) int {
 // consumer reads both messages the same (raw message delivery on both
 // sides, so no SNS envelope).
 func TestWatermillAWSCodecThroughSNS(t *testing.T) {
-	client := clientConfig(t, nil)
+	client := clientConfig(t)
 	topic := testenv.UniqueName("wm_sns")
-	queue := QueueConfig{Create: true}
+	queue := sqs.QueueConfig{Create: true}
 
 	// Berth's group subscriber creates the SNS topic and both groups'
 	// queues and subscriptions.
-	berthSub := newTestSubscriber(t, SubscriberConfig{Client: client, Queue: queue, ConsumerGroup: "berth", Codec: WatermillAWSCodec{}})
+	berthSub := newTestSubscriber(t, sqs.SubscriberConfig{Client: client, Queue: queue, ConsumerGroup: "berth", Codec: sqs.WatermillAWSCodec{}})
 	if err := berthSub.SubscribeInitialize(topic); err != nil {
 		t.Fatal(err)
 	}
-	wmGroup := newTestSubscriber(t, SubscriberConfig{Client: client, Queue: queue, ConsumerGroup: "wm"})
+	wmGroup := newTestSubscriber(t, sqs.SubscriberConfig{Client: client, Queue: queue, ConsumerGroup: "wm"})
 	if err := wmGroup.SubscribeInitialize(topic); err != nil {
 		t.Fatal(err)
 	}
 	_ = wmGroup.Close() // only its queue and subscription were wanted
 
-	_, snsAPI, err := client.clients(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	snsAPI := awssns.NewFromConfig(*client.AWS, func(o *awssns.Options) { o.BaseEndpoint = aws.String(client.Endpoint) })
 	arn, err := snsAPI.CreateTopic(context.Background(), &awssns.CreateTopicInput{Name: aws.String(topic)}) // idempotent
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +299,7 @@ func TestWatermillAWSCodecThroughSNS(t *testing.T) {
 	if err := wmPub.Publish(aws.ToString(arn.TopicArn), fromWM); err != nil {
 		t.Fatal(err)
 	}
-	berthPub, err := NewPublisher(PublisherConfig{Client: client, Queue: queue, SNS: true, Codec: WatermillAWSCodec{}}, testLogger(t))
+	berthPub, err := sqs.NewPublisher(sqs.PublisherConfig{Client: client, Queue: queue, SNS: true, Codec: sqs.WatermillAWSCodec{}}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +314,7 @@ func TestWatermillAWSCodecThroughSNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := collect(t, ch, 2, 30*time.Second)
-	gotWM := collect(t, watermillAWSSubscribe(t, queue.name(topic+"-wm")), 2, 30*time.Second)
+	gotWM := collect(t, watermillAWSSubscribe(t, sqs.SanitizeName(topic+"-wm", false)), 2, 30*time.Second)
 	for _, m := range []*message.Message{fromWM, fromBerth} {
 		sameMessage(t, got, m, m.Metadata, berthDeliveryKeys)
 		sameMessage(t, gotWM, m, m.Metadata, nil)
@@ -324,7 +322,7 @@ func TestWatermillAWSCodecThroughSNS(t *testing.T) {
 }
 
 // TestWatermillAWSCodecDeadLetter: a Berth subscriber with
-// WatermillAWSCodec dead-letters in watermill-aws's format, so a
+// sqs.WatermillAWSCodec dead-letters in watermill-aws's format, so a
 // watermill-aws consumer of the dead-letter queue reads the message with
 // its UUID, payload and metadata, and the reason in berth_dead_letter.
 func TestWatermillAWSCodecDeadLetter(t *testing.T) {
@@ -338,9 +336,9 @@ func TestWatermillAWSCodecDeadLetter(t *testing.T) {
 	if err := newWatermillAWSPublisher(t).Publish(topic, msg); err != nil {
 		t.Fatal(err)
 	}
-	sub := newTestSubscriber(t, SubscriberConfig{
-		Codec:    WatermillAWSCodec{},
-		Queue:    QueueConfig{DeadLetterQueue: dlq},
+	sub := newTestSubscriber(t, sqs.SubscriberConfig{
+		Codec:    sqs.WatermillAWSCodec{},
+		Queue:    sqs.QueueConfig{DeadLetterQueue: dlq},
 		Pipeline: transport.PipelineConfig{MaxAttempts: 1},
 	})
 	ch, err := sub.Subscribe(context.Background(), topic)
@@ -357,10 +355,10 @@ func TestWatermillAWSCodecDeadLetter(t *testing.T) {
 		Reason string `json:"reason"`
 		Queue  string `json:"queue"`
 	}
-	if err := json.Unmarshal([]byte(dead.Metadata.Get(AttributeDeadLetter)), &info); err != nil || info.Reason == "" || info.Queue != topic {
-		t.Errorf("%s = %q (%v), want the reason and queue %s", AttributeDeadLetter, dead.Metadata.Get(AttributeDeadLetter), err, topic)
+	if err := json.Unmarshal([]byte(dead.Metadata.Get(sqs.AttributeDeadLetter)), &info); err != nil || info.Reason == "" || info.Queue != topic {
+		t.Errorf("%s = %q (%v), want the reason and queue %s", sqs.AttributeDeadLetter, dead.Metadata.Get(sqs.AttributeDeadLetter), err, topic)
 	}
-	delete(dead.Metadata, AttributeDeadLetter)
+	delete(dead.Metadata, sqs.AttributeDeadLetter)
 	sameMessage(t, map[string]*message.Message{dead.UUID: dead}, msg, msg.Metadata, nil)
 }
 
