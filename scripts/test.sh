@@ -140,30 +140,36 @@ step "go test -race"
 # go test runs in the background, in its own process group, so that a signal
 # to this script runs the EXIT trap at once (rather than after the suite) and
 # the trap can stop go test with its test binaries.
-# go_test DIR GOWORK PACKAGES... runs go test in DIR.
+# go_test NAME DIR GOWORK PACKAGES... runs go test in DIR; a failure is
+# recorded in failed and the next module still runs, as one go test over
+# every package would.
+failed=()
 go_test() {
-	local dir=$1 work=$2 rc=0
-	shift 2
+	local name=$1 dir=$2 work=$3 rc=0
+	shift 3
 	# shellcheck disable=SC2086 # GO_TEST_FLAGS is a word list
 	(cd "$dir" && GOWORK="$work" exec setsid go test -race -count=1 -timeout 25m -p 2 ${GO_TEST_FLAGS:-} "$@") &
 	GO_TEST_PID=$!
 	wait "$GO_TEST_PID" || rc=$?
 	GO_TEST_PID=""
 	if [[ $rc != 0 ]]; then
-		die "go test failed in ${dir#"$BERTH_ROOT"/} (exit $rc)"
+		failed+=("$name (exit $rc)")
 	fi
 }
 if [[ -n "${GO_TEST_PACKAGES:-}" ]]; then
 	# shellcheck disable=SC2086 # GO_TEST_PACKAGES is a word list
-	go_test "$BERTH_ROOT" "$BERTH_ROOT/go.work" $GO_TEST_PACKAGES
+	go_test "GO_TEST_PACKAGES" "$BERTH_ROOT" "$BERTH_ROOT/go.work" $GO_TEST_PACKAGES
 else
 	for m in "${modules[@]}"; do
 		if [[ $m == . ]]; then
 			# The chaos harness ran above.
 			# shellcheck disable=SC2046 # one package a word
-			go_test "$BERTH_ROOT" off $(GOWORK=off go list ./... | grep -v '/internal/chaos$')
+			go_test "the root module" "$BERTH_ROOT" off $(GOWORK=off go list ./... | grep -v '/internal/chaos$')
 		else
-			go_test "$BERTH_ROOT/$m" off ./...
+			go_test "$m" "$BERTH_ROOT/$m" off ./...
 		fi
 	done
+fi
+if [[ ${#failed[@]} -gt 0 ]]; then
+	die "go test failed: ${failed[*]}"
 fi
