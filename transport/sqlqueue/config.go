@@ -265,14 +265,16 @@ type PublisherConfig struct {
 	// (PostgreSQL's NOTIFY: each one costs every listening backend a
 	// transaction), is the window within which the publisher sends at most
 	// one per queue: an insert less than NotifyWindow after the queue's
-	// last notification leaves its own out, and one trailing notification
-	// goes out at the end of the window, after every such insert
-	// committed. A steady flow then costs one notification per window, and
-	// subscribers in other processes see a message at most NotifyWindow
-	// later than its own notification would have told them (subscribers
-	// sharing the publisher's pool are woken at once, in-process). Negative
-	// sends one with every insert. Inserts of WithTx always carry theirs.
-	// Defaults to DefaultNotifyWindow (20ms). URL: notify_window.
+	// last notification leaves its own out. The next insert after the
+	// window carries one that covers them; when none comes within half a
+	// window more, one trailing notification goes out on its own, after
+	// every such insert committed. A steady flow then costs one
+	// notification per window, and subscribers in other processes see a
+	// message up to 1.5 × NotifyWindow later than its own notification
+	// would have told them (subscribers sharing the publisher's pool are
+	// woken at once, in-process). Negative sends one with every insert.
+	// Inserts of WithTx always carry theirs. Defaults to
+	// DefaultNotifyWindow (20ms). URL: notify_window.
 	NotifyWindow time.Duration
 
 	// Logger receives the publisher's logs. Defaults to watermill.NopLogger.

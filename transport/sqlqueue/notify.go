@@ -30,17 +30,21 @@ type NotifyCoalescer interface {
 // wake-up notification, and sends the trailing ones. The rules:
 //
 //   - an insert carries its notification when none went out for its queue
-//     within the last window and no trailing one is pending;
-//   - any other insert leaves it out and joins the pending trailing
-//     notification (opening one, due one window after the last
-//     notification, when none is pending);
-//   - a trailing notification is sent when it is due and every insert that
-//     joined it has finished, on its own statement, so after those inserts
-//     committed; it is not sent when none of them committed. Inserts that
-//     arrive once it is due join the next one.
+//     within the last window;
+//   - any other insert leaves it out and joins the queue's pending trailing
+//     notification (opening one when none is pending);
+//   - an insert that carries its notification and begins once every insert
+//     of the pending trailing notification has finished covers them (its
+//     NOTIFY is delivered at its commit, after theirs): the trailing
+//     notification is dropped, or sent at once if that insert fails;
+//   - otherwise the trailing notification goes out on its own statement,
+//     notifyGrace after the window, once every insert that joined it has
+//     finished (so after those committed); not at all when none of them
+//     committed.
 //
-// So a steady flow costs one notification per window and the last message
-// of a burst is announced at most one window (plus its insert) late.
+// So a steady flow costs one notification per window, carried by an
+// insert (no transaction of its own), and the last message of a burst is
+// announced at most window + notifyGrace (plus its insert) late.
 // Subscribers sharing the publisher's pool are woken at once in-process
 // (localWake) whatever the gate decides.
 type notifyGate struct {
@@ -54,8 +58,11 @@ type notifyGate struct {
 	sends  sync.WaitGroup // trailing notifications being sent
 }
 
+// notifyGrace is how long after its window a trailing notification waits
+// for an insert that carries one to cover it, as a fraction of the window.
+const notifyGrace = 2 // window / notifyGrace
+
 type gateQueue struct {
-	q    Queue
 	last time.Time // when the last notification went out (or started to)
 	open *trailing // the pending trailing notification that inserts join; nil when none
 }
@@ -66,8 +73,14 @@ type trailing struct {
 	timer    *time.Timer
 	inflight int  // joined inserts still running
 	owed     bool // a joined insert committed
-	due      bool // its window has ended
-	sent     bool
+	due      bool // to be sent once no joined insert runs
+	done     bool // sent, or covered by an insert that committed
+}
+
+// ticket is what an insert passes from begin to end.
+type ticket struct {
+	joined  *trailing // the trailing notification this insert joined
+	covered *trailing // the trailing notification this insert's NOTIFY covers
 }
 
 func newNotifyGate(window time.Duration, logger watermill.LoggerAdapter, send func(context.Context, Queue) error) *notifyGate {
@@ -75,9 +88,9 @@ func newNotifyGate(window time.Duration, logger watermill.LoggerAdapter, send fu
 }
 
 // begin is called before an insert into q. It reports whether the insert
-// carries its notification; otherwise t is the trailing notification it
-// joined, to pass to end once the insert has finished.
-func (g *notifyGate) begin(q Queue) (notify bool, t *trailing) {
+// carries its notification, and the ticket to pass to end once the insert
+// has finished.
+func (g *notifyGate) begin(q Queue) (notify bool, tk ticket) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -86,38 +99,55 @@ func (g *notifyGate) begin(q Queue) (notify bool, t *trailing) {
 		if len(g.qs) >= maxCachedTopics {
 			g.pruneLocked(now)
 		}
-		gq = &gateQueue{q: q}
+		gq = &gateQueue{}
 		g.qs[q.Name] = gq
 	}
-	if g.closed || gq.open == nil && now.Sub(gq.last) >= g.window {
+	if g.closed {
+		return true, tk
+	}
+	if now.Sub(gq.last) >= g.window {
 		gq.last = now
-		return true, nil
+		if t := gq.open; t != nil && t.inflight == 0 {
+			gq.open = nil
+			t.timer.Stop()
+			tk.covered = t
+		}
+		return true, tk
 	}
 	if gq.open == nil {
 		t := &trailing{q: q}
 		gq.open = t
-		t.timer = time.AfterFunc(gq.last.Add(g.window).Sub(now), func() { g.fire(gq, t) })
+		t.timer = time.AfterFunc(gq.last.Add(g.window+g.window/notifyGrace).Sub(now), func() { g.fire(gq, t) })
 	}
 	gq.open.inflight++
-	return false, gq.open
+	return false, ticket{joined: gq.open}
 }
 
-// end records that an insert that joined t finished; committed: it
-// inserted its rows.
-func (g *notifyGate) end(t *trailing, committed bool) {
+// end records that an insert finished; committed: it inserted its rows.
+func (g *notifyGate) end(tk ticket, committed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t.inflight--
-	t.owed = t.owed || committed
-	g.sendIfReadyLocked(t)
+	if t := tk.joined; t != nil {
+		t.inflight--
+		t.owed = t.owed || committed
+		g.sendIfReadyLocked(t)
+	}
+	if t := tk.covered; t != nil {
+		if committed {
+			t.done = true
+		} else {
+			t.due = true
+			g.sendIfReadyLocked(t)
+		}
+	}
 }
 
-// fire is t's timer: its window has ended.
+// fire is t's timer: its window and grace have ended.
 func (g *notifyGate) fire(gq *gateQueue, t *trailing) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t.due {
-		return // flushed by close
+	if t.due || t.done {
+		return // covered, or flushed by close
 	}
 	t.due = true
 	if gq.open == t {
@@ -128,10 +158,10 @@ func (g *notifyGate) fire(gq *gateQueue, t *trailing) {
 }
 
 func (g *notifyGate) sendIfReadyLocked(t *trailing) {
-	if !t.due || t.inflight > 0 || !t.owed || t.sent || g.closed {
+	if !t.due || t.inflight > 0 || !t.owed || t.done || g.closed {
 		return
 	}
-	t.sent = true
+	t.done = true
 	g.sends.Add(1)
 	go func() {
 		defer g.sends.Done()
@@ -175,8 +205,8 @@ func (g *notifyGate) close() {
 		gq.open = nil
 		t.timer.Stop()
 		t.due = true
-		if t.owed && !t.sent {
-			t.sent = true
+		if t.owed && !t.done {
+			t.done = true
 			owed = append(owed, t.q)
 		}
 	}

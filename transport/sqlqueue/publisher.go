@@ -115,17 +115,17 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	var (
 		stmts  []Stmt
-		joined []*trailing // trailing notifications the inserts joined
-		quiet  []Queue     // queues whose insert left its notification out
+		tickets []ticket // the notification gate's, one per queue
+		quiet   []Queue  // queues whose insert left its notification out
 	)
 	for _, q := range queues {
 		if p.gate == nil {
 			stmts = append(stmts, p.e.d.Insert(q, rows)...)
 			continue
 		}
-		notify, t := p.gate.begin(q)
-		if t != nil {
-			joined = append(joined, t)
+		notify, tk := p.gate.begin(q)
+		tickets = append(tickets, tk)
+		if !notify {
 			quiet = append(quiet, q)
 		}
 		stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
@@ -144,8 +144,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			return err
 		})
 	})
-	for _, t := range joined {
-		p.gate.end(t, err == nil)
+	for _, tk := range tickets {
+		p.gate.end(tk, err == nil)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)

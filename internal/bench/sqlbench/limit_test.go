@@ -130,7 +130,7 @@ func TestLimitAccountsEveryRow(t *testing.T) {
 
 	round(3, func() bool { return ackedCount() >= n/2 })
 	var left, pending int
-	if err := pool.QueryRow(`SELECT count(*), count(*) FILTER (WHERE state = 0) FROM ` + table).Scan(&left, &pending); err != nil {
+	if err := pool.QueryRow(`SELECT count(*), count(*) FILTER (WHERE state = 0) FROM `+table).Scan(&left, &pending); err != nil {
 		t.Fatal(err)
 	}
 	if got := ackedCount(); left != n-got || pending != left {
