@@ -114,7 +114,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return err
 	}
 	var (
-		stmts  []Stmt
+		stmts   []Stmt
 		tickets []ticket // the notification gate's, one per queue
 		quiet   []Queue  // queues whose insert left its notification out
 	)
