@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/berth-go/berth/internal/bench"
+	"github.com/berth-go/berth/transport/postgres"
 )
 
 // RunIsolated runs rc on PostgreSQL in a database of its own, created for
@@ -18,7 +21,10 @@ import (
 // inserts and NOTIFYs, every transaction a LISTENing backend runs for an
 // incoming notification, the subscribers' statements, and the run's set-up
 // and tear-down, a few dozen transactions in all), and nothing else does:
-// other clients of the server use other databases.
+// other clients of the server use other databases. It also counts the
+// wake-up notifications (LISTEN on postgres.WakeChannel in that database)
+// as notifies_per_msg; the transactions the counting backend itself runs
+// for them (one per notification) are left out of db_tx_per_msg.
 func RunIsolated(ctx context.Context, rawURL string, rc RunConfig) (res bench.Result, err error) {
 	name, dsn, drop, err := createDatabase(ctx, rawURL)
 	if err != nil {
@@ -42,11 +48,17 @@ func RunIsolated(ctx context.Context, rawURL string, rc RunConfig) (res bench.Re
 	}
 	h := newHarness(db)
 	defer func() { err = errors.Join(err, h.Close()) }()
-	before, err := txs()
+	notes, err := countNotifications(ctx, dsn)
 	if err != nil {
 		return res, err
 	}
+	before, err := txs()
+	if err != nil {
+		notes.stop()
+		return res, err
+	}
 	res, err = h.Run(ctx, rc)
+	notified := notes.stop()
 	if err != nil {
 		return res, err
 	}
@@ -57,9 +69,49 @@ func RunIsolated(ctx context.Context, rawURL string, rc RunConfig) (res bench.Re
 	if err != nil {
 		return res, err
 	}
+	tx := after - before - notified
 	if res.Messages > 0 {
-		res.Metrics["db_tx_per_msg"] = float64(after-before) / float64(res.Messages)
+		res.Metrics["db_tx_per_msg"] = float64(tx) / float64(res.Messages)
+		res.Metrics["notifies_per_msg"] = float64(notified) / float64(res.Messages)
 	}
-	res.Notes = joinNotes(append([]string{fmt.Sprintf("database %s: %d transactions", name, after-before)}, res.Notes))
+	res.Notes = joinNotes(append([]string{fmt.Sprintf("database %s: %d transactions, %d notifications", name, tx, notified)}, res.Notes))
 	return res, nil
+}
+
+// notificationCounter counts the wake-up notifications of one database.
+type notificationCounter struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	n      int64
+}
+
+func countNotifications(ctx context.Context, dsn string) (*notificationCounter, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+postgres.WakeChannel); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	c := &notificationCounter{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer conn.Close(context.WithoutCancel(ctx))
+		for {
+			if _, err := conn.WaitForNotification(wctx); err != nil {
+				return
+			}
+			c.n++
+		}
+	}()
+	return c, nil
+}
+
+// stop ends the count and returns it.
+func (c *notificationCounter) stop() int64 {
+	c.cancel()
+	<-c.done
+	return c.n
 }
