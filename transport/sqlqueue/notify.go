@@ -33,10 +33,12 @@ type NotifyCoalescer interface {
 //     within the last window;
 //   - any other insert leaves it out and joins the queue's pending trailing
 //     notification (opening one when none is pending);
-//   - an insert that carries its notification and begins once every insert
-//     of the pending trailing notification has finished covers them (its
-//     NOTIFY is delivered at its commit, after theirs): the trailing
-//     notification is dropped, or sent at once if that insert fails;
+//   - an insert that carries its notification covers those inserts of the
+//     pending trailing notification that have finished when it begins (its
+//     NOTIFY is delivered at its commit, after theirs): when all have, the
+//     trailing notification is dropped (or sent at once if that insert
+//     fails); otherwise it waits for the rest, due a window and a grace
+//     after this one;
 //   - otherwise the trailing notification goes out on its own statement,
 //     notifyGrace after the window, once every insert that joined it has
 //     finished (so after those committed); not at all when none of them
@@ -81,6 +83,10 @@ type trailing struct {
 type ticket struct {
 	joined  *trailing // the trailing notification this insert joined
 	covered *trailing // the trailing notification this insert's NOTIFY covers
+	// partial: the trailing notification whose finished inserts this
+	// insert's NOTIFY covers (owed: it was owed before), while others run.
+	partial *trailing
+	owed    bool
 }
 
 func newNotifyGate(window time.Duration, logger watermill.LoggerAdapter, send func(context.Context, Queue) error) *notifyGate {
@@ -107,10 +113,18 @@ func (g *notifyGate) begin(q Queue) (notify bool, tk ticket) {
 	}
 	if now.Sub(gq.last) >= g.window {
 		gq.last = now
-		if t := gq.open; t != nil && t.inflight == 0 {
-			gq.open = nil
-			t.timer.Stop()
-			tk.covered = t
+		if t := gq.open; t != nil {
+			if t.inflight == 0 {
+				gq.open = nil
+				t.timer.Stop()
+				tk.covered = t
+			} else {
+				// Those of its inserts that have finished are covered;
+				// the others wait for the next notification.
+				tk.partial, tk.owed = t, t.owed
+				t.owed = false
+				t.timer.Reset(g.window + g.window/notifyGrace)
+			}
 		}
 		return true, tk
 	}
@@ -139,6 +153,10 @@ func (g *notifyGate) end(tk ticket, committed bool) {
 			t.due = true
 			g.sendIfReadyLocked(t)
 		}
+	}
+	if t := tk.partial; t != nil && !committed {
+		t.owed = t.owed || tk.owed
+		g.sendIfReadyLocked(t)
 	}
 }
 
