@@ -28,6 +28,7 @@ type Dialect struct{}
 var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.Notifier               = Dialect{}
+	_ sqlqueue.NotifyCoalescer        = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.QueueChecker           = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
@@ -149,7 +150,15 @@ func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
 
 // Insert implements sqlqueue.Dialect: one statement for any number of rows
 // (arrays), with the NOTIFY that wakes listening subscribers at commit.
-func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	return d.InsertNotify(q, rows, true)
+}
+
+// InsertNotify implements sqlqueue.NotifyCoalescer: Insert, whose NOTIFY
+// is sent only when notify is true ($7, so that both share one statement
+// text and one prepared plan; the insert runs either way, as a
+// data-modifying CTE always does).
+func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify bool) []sqlqueue.Stmt {
 	uuids := make([]string, len(rows))
 	headers := make([]string, len(rows))
 	bodies := make([][]byte, len(rows))
@@ -169,8 +178,14 @@ func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.St
 	ORDER BY r.ord
 	RETURNING 1
 )
-SELECT pg_notify('`+WakeChannel+`', $6) FROM (SELECT 1 FROM ins LIMIT 1) AS n`,
-		uuids, headers, bodies, delays, ttls, q.Name)}
+SELECT pg_notify('`+WakeChannel+`', $6) FROM (SELECT 1 FROM ins LIMIT 1) AS n WHERE $7::boolean`,
+		uuids, headers, bodies, delays, ttls, q.Name, notify)}
+}
+
+// Notify implements sqlqueue.NotifyCoalescer: the NOTIFY alone, for the
+// trailing notification of inserts that left theirs out.
+func (Dialect) Notify(q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`SELECT pg_notify('`+WakeChannel+`', $1)`, q.Name)
 }
 
 // Claim implements sqlqueue.Dialect.

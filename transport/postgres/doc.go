@@ -27,7 +27,12 @@
 // RETURNING over a partial index on pending rows; settlements pass arrays
 // (unnest) so a batch of any size is one statement; dead-lettering is one
 // data-modifying CTE. Inserts send NOTIFY on WakeChannel with the queue
-// table as payload, once per statement; each pool's subscribers share one
+// table as payload, once per statement and at most once per queue per
+// notify_window (20ms) per publisher: an insert within the window leaves
+// its NOTIFY out (an argument of the one statement text), the next insert
+// after the window carries one, and when none comes a trailing NOTIFY
+// goes out on its own after the skipped inserts committed (each NOTIFY
+// costs every listening backend a transaction). Each pool's subscribers share one
 // LISTEN connection, and wake-ups are debounced (wake_debounce). One LISTEN
 // connection per queue, across processes, leads its wake-ups: it holds a
 // session-level advisory lock (pg_try_advisory_lock, never waiting; the

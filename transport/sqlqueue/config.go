@@ -42,6 +42,9 @@ const (
 	// DefaultSubscriptionsTTL is how long a publisher reuses the
 	// subscriptions it read for a topic.
 	DefaultSubscriptionsTTL = time.Second
+	// DefaultNotifyWindow is the window within which a publisher sends at
+	// most one wake-up notification per queue (dialects with NOTIFY).
+	DefaultNotifyWindow = 20 * time.Millisecond
 	// DefaultSettleBatch is the largest group-committed batch of Begin,
 	// Complete or Retry calls.
 	DefaultSettleBatch = 256
@@ -258,6 +261,21 @@ type PublisherConfig struct {
 	// on every Publish (two round trips). Defaults to
 	// DefaultSubscriptionsTTL (1s). URL: subscriptions_ttl.
 	SubscriptionsTTL time.Duration
+	// NotifyWindow, for a dialect whose inserts send a wake-up notification
+	// (PostgreSQL's NOTIFY: each one costs every listening backend a
+	// transaction), is the window within which the publisher sends at most
+	// one per queue: an insert less than NotifyWindow after the queue's
+	// last notification leaves its own out. The next insert after the
+	// window carries one that covers them; when none comes within half a
+	// window more, one trailing notification goes out on its own, after
+	// every such insert committed. A steady flow then costs one
+	// notification per window, and subscribers in other processes see a
+	// message up to 1.5 × NotifyWindow later than its own notification
+	// would have told them (subscribers sharing the publisher's pool are
+	// woken at once, in-process). Negative sends one with every insert.
+	// Inserts of WithTx always carry theirs. Defaults to
+	// DefaultNotifyWindow (20ms). URL: notify_window.
+	NotifyWindow time.Duration
 
 	// Logger receives the publisher's logs. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -272,6 +290,9 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 	}
 	if c.SubscriptionsTTL == 0 {
 		c.SubscriptionsTTL = DefaultSubscriptionsTTL
+	}
+	if c.NotifyWindow == 0 {
+		c.NotifyWindow = DefaultNotifyWindow
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
@@ -298,6 +319,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if d.TTL < 0 {
 		errs = append(errs, fmt.Errorf("TTL: must be ≥ 0, got %s", c.TTL))
+	}
+	if d.NotifyWindow > time.Second {
+		errs = append(errs, fmt.Errorf("NotifyWindow: must be ≤ 1s, got %s", c.NotifyWindow))
 	}
 	errs = append(errs, validateTables(c.Tables)...)
 	if len(errs) > 0 {

@@ -90,7 +90,9 @@
 // Local publishers wake local subscribers of the same pool and table
 // in-process. Dialects implementing Notifier (PostgreSQL LISTEN/NOTIFY) also
 // wake subscribers in other processes, over one dedicated connection per
-// pool. Wake-ups are debounced and elected: those of one (pool, queue)
+// pool; a NotifyCoalescer's publisher sends at most one notification per
+// queue per PublisherConfig.NotifyWindow, the last of a burst trailing
+// after the burst's inserts committed. Wake-ups are debounced and elected: those of one (pool, queue)
 // within SubscriberConfig.WakeDebounce (25ms) coalesce into one, delivered
 // to one idle source (round robin) rather than to every source, so a
 // NOTIFY does not send every idle subscriber of a process to an empty

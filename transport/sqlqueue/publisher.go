@@ -39,6 +39,10 @@ type Publisher struct {
 
 	subsMu sync.Mutex
 	subs   map[string]subsEntry // topic → its queues, cached
+
+	// gate coalesces the inserts' notifications (nil: every insert
+	// notifies, or the dialect has none).
+	gate *notifyGate
 }
 
 // subsEntry is the cached answer of the subscriptions lookup of a topic.
@@ -63,7 +67,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger, subs: map[string]subsEntry{}}, nil
+	p := &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger, subs: map[string]subsEntry{}}
+	if c, ok := cfg.Dialect.(NotifyCoalescer); ok && cfg.NotifyWindow > 0 {
+		p.gate = newNotifyGate(cfg.NotifyWindow, cfg.Logger, func(ctx context.Context, q Queue) error {
+			return query(ctx, p.e.db, &p.e.ctrs.other, c.Notify(q), nil)
+		})
+	}
+	return p, nil
 }
 
 // Stats returns the publisher's round-trip and row counts.
@@ -103,9 +113,22 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
-	var stmts []Stmt
+	var (
+		stmts   []Stmt
+		tickets []ticket // the notification gate's, one per queue
+		quiet   []Queue  // queues whose insert left its notification out
+	)
 	for _, q := range queues {
-		stmts = append(stmts, p.e.d.Insert(q, rows)...)
+		if p.gate == nil {
+			stmts = append(stmts, p.e.d.Insert(q, rows)...)
+			continue
+		}
+		notify, tk := p.gate.begin(q)
+		tickets = append(tickets, tk)
+		if !notify {
+			quiet = append(quiet, q)
+		}
+		stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
 	}
 	// An insert runs again only after an error that guarantees it did not
 	// commit (a deadlock victim, a lock timeout, a login refused while the
@@ -121,14 +144,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			return err
 		})
 	})
+	for _, tk := range tickets {
+		p.gate.end(tk, err == nil)
+	}
 	if err != nil {
 		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
 	}
 	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
 	if _, remote := p.e.d.(Notifier); !remote {
-		for _, q := range queues {
-			localWake.notify(wakeKey{p.e.db, q.Name})
-		}
+		quiet = queues
+	}
+	// Subscribers on this pool are woken here and now: those of a dialect
+	// without notifications, and those whose insert left its notification
+	// to a trailing one.
+	for _, q := range quiet {
+		localWake.notify(wakeKey{p.e.db, q.Name})
 	}
 	return nil
 }
@@ -284,13 +314,19 @@ func (t *txPublisher) Close() error { return nil }
 func (t *txPublisher) MessagingSystem() string { return t.p.MessagingSystem() }
 
 // Close implements message.Publisher: it waits for Publish calls in
-// progress, then closes Closer (if set). Idempotent.
+// progress, sends the trailing wake-up notifications still pending (see
+// PublisherConfig.NotifyWindow), then closes Closer (if set). Idempotent.
 func (p *Publisher) Close() error {
 	var err error
 	p.once.Do(func() {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
+		if p.gate != nil {
+			// No Publish is running: the trailing notifications still
+			// pending go out now, before the pool closes.
+			p.gate.close()
+		}
 		if p.cfg.Closer != nil {
 			err = p.cfg.Closer.Close()
 		}

@@ -39,9 +39,9 @@ func (c *SubscriberConfig) parseURL(p *urlparam.Params) {
 }
 
 // ParseURL reads the publisher's URL parameters from p: the tables', and
-// max_message_size, delay, ttl, subscriptions_ttl. One URL serves both
-// sides, so the subscriber's parameters (see SubscriberConfig.ParseURL) are
-// accepted too: checked, then ignored.
+// max_message_size, delay, ttl, subscriptions_ttl, notify_window. One URL
+// serves both sides, so the subscriber's parameters (see
+// SubscriberConfig.ParseURL) are accepted too: checked, then ignored.
 func (c *PublisherConfig) ParseURL(p *urlparam.Params) {
 	c.parseURL(p)
 	new(SubscriberConfig).parseURL(p)
@@ -53,4 +53,5 @@ func (c *PublisherConfig) parseURL(p *urlparam.Params) {
 	c.Delay = p.Duration("delay", c.Delay, 0, 365*24*time.Hour)
 	c.TTL = p.Duration("ttl", c.TTL, 0, 365*24*time.Hour)
 	c.SubscriptionsTTL = p.Duration("subscriptions_ttl", c.SubscriptionsTTL, -1, time.Hour)
+	c.NotifyWindow = p.Duration("notify_window", c.NotifyWindow, -1, time.Second)
 }

@@ -43,7 +43,12 @@
 // "watermill-sql" is watermill-sql's documented PostgreSQL setup
 // (DefaultPostgreSQLSchema, DefaultPostgreSQLOffsetsAdapter), which delivers
 // one message at a time per subscription while holding the consumer group's
-// offset row lock.
+// offset row lock. "limit" (sql/drain on PostgreSQL only) is a minimal
+// hand-written pgx loop on Berth's table: two claims of up to 64 rows in
+// flight per instance, straight into processing, batched deletes; Berth's
+// drain results carry their ratio to it (ratio_to_limit). RunIsolated runs
+// one configuration in a database of its own and adds the server's
+// transactions (db_tx_per_msg) and the wake-up NOTIFYs (notifies_per_msg).
 //
 // # Measurements
 //

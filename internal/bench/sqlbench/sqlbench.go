@@ -121,7 +121,7 @@ func DrainConfigs(scale float64) []RunConfig {
 	timeout := time.Duration(scaled(float64(DrainTimeout), scale, float64(30*time.Second)))
 	var out []RunConfig
 	for _, n := range DrainInstances {
-		for _, s := range Strategies {
+		for _, s := range DrainStrategies {
 			out = append(out, RunConfig{
 				Scenario:    ScenarioDrain,
 				Strategy:    s,
@@ -143,7 +143,8 @@ func RunSteady(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 
 // RunDrain is the sql/drain scenario, on each database env configures.
 func RunDrain(ctx context.Context, env bench.Env) ([]bench.Result, error) {
-	return runAll(ctx, env, DrainConfigs(env.Scale))
+	rs, err := runAll(ctx, env, DrainConfigs(env.Scale))
+	return withLimitRatio(rs), err
 }
 
 // target is one database a scenario runs on.

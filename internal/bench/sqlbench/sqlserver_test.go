@@ -239,7 +239,7 @@ func TestTargets(t *testing.T) {
 		t.Fatalf("SQL Server alone: targets = %+v", ts)
 	}
 	rcs := DrainConfigs(0.01)
-	if got := only(rcs, Strategies); len(got) != len(rcs) {
+	if got := only(rcs, DrainStrategies); len(got) != len(rcs) {
 		t.Fatalf("PostgreSQL runs %d of %d drain configs", len(got), len(rcs))
 	}
 	got := only(rcs, SQLServerStrategies)

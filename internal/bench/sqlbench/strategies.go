@@ -67,6 +67,8 @@ func strategyByName(name string) (strategy, error) {
 		return peekStrategy(), nil
 	case StrategyWatermillSQL:
 		return watermillSQLStrategy(), nil
+	case StrategyLimit:
+		return limitStrategy(), nil
 	}
 	return strategy{}, fmt.Errorf("sqlbench: unknown strategy %q", name)
 }
