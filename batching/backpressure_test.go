@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 	"github.com/berth-go/berth/wave"
@@ -39,7 +40,7 @@ func testBackPressureOverMem(t *testing.T, form string) {
 	broker.Ensure(topic, "")
 	sub, err := mem.NewSubscriber(mem.SubscriberConfig{
 		Broker: broker,
-		Pipeline: transport.PipelineConfig{
+		Pipeline: receiver.Config{
 			Concurrency:   4,
 			MaxQueue:      maxQueue,
 			RestartQueue:  restartQueue,
@@ -87,7 +88,7 @@ func testBackPressureOverMem(t *testing.T, form string) {
 		broker.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(i))))
 	}
 
-	var l *transport.Listener
+	var l *receiver.Listener
 	eventually(t, "the listener", func() bool {
 		if ls := sub.Listeners(); len(ls) == 1 {
 			l = ls[0]

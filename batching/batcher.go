@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -27,9 +28,9 @@ type BatchFunc func(ctx context.Context, msgs []*message.Message) error
 // count settled exactly once, by finish.
 type member struct {
 	msg     *message.Message
-	settle  func()          // from transport.JoinBatch
+	settle  func()          // from receiver.JoinBatch
 	deliver func(err error) // acks/nacks; nil: the outcome goes to err and waited
-	stop    func() bool     // stops the discard hook (from transport.JoinBatch)
+	stop    func() bool     // stops the discard hook (from receiver.JoinBatch)
 	batch   *batch          // guarded by batcher.mu
 	done    atomic.Bool
 
@@ -129,7 +130,7 @@ func (b *batcher) add(msg *message.Message, deliver func(error)) (*member, error
 	}
 	// drop runs at once (in its own goroutine) if the context is already
 	// done; b.mu, held until m is in its batch, orders it after this.
-	m.settle, m.stop = transport.JoinBatch(msg, func() { b.discard(m) })
+	m.settle, m.stop = receiver.JoinBatch(msg, func() { b.discard(m) })
 	bt := b.open[key]
 	if bt == nil {
 		bt = &batch{key: key, flush: make(chan struct{}), members: make([]*member, 0, min(b.cfg.MaxSize, 64))}

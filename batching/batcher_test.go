@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -346,7 +347,7 @@ func TestDiscardAlreadyDoneContext(t *testing.T) {
 // does when Close's deadline passes) discards it from its open batch; the
 // rest of the batch still runs.
 func TestDiscardOnReceiverCancel(t *testing.T) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	rec := &recorder{}
 	clock := newFakeClock()
 	h, err := batching.NewHandler(batching.Config{MaxSize: 10, MaxWait: time.Minute, Clock: clock}, rec.fn)
@@ -355,9 +356,9 @@ func TestDiscardOnReceiverCancel(t *testing.T) {
 	}
 	defer h.Close(context.Background())
 	msgs := make([]*message.Message, 2)
-	trackers := make([]*transport.Tracker, 2)
+	trackers := make([]*receiver.Tracker, 2)
 	for i := range msgs {
-		ctx, tr := transport.NewMessageContext(context.Background(), p, nil)
+		ctx, tr := receiver.NewMessageContext(context.Background(), p, nil)
 		msgs[i] = message.NewMessage(watermill.NewUUID(), []byte("x"))
 		msgs[i].SetContext(ctx)
 		trackers[i] = tr

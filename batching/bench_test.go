@@ -7,7 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 func noop(context.Context, []*message.Message) error { return nil }
@@ -15,11 +15,12 @@ func noop(context.Context, []*message.Message) error { return nil }
 // BenchmarkConsume measures the per-message cost of Consume with tracked
 // messages (pending counting on) and a BatchFunc that does nothing.
 func BenchmarkConsume(b *testing.B) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	msgs := make([]*message.Message, b.N)
 	for i := range msgs {
 		msgs[i] = message.NewMessage("id", nil)
-		msgs[i].SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+		ctx, _ := receiver.NewMessageContext(context.Background(), p, nil)
+		msgs[i].SetContext(ctx)
 	}
 	ch := make(chan *message.Message, 1024)
 	b.ReportAllocs()
@@ -43,13 +44,14 @@ func BenchmarkHandle(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close(context.Background())
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	b.ReportAllocs()
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m := message.NewMessage("id", nil)
-			m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+			ctx, _ := receiver.NewMessageContext(context.Background(), p, nil)
+			m.SetContext(ctx)
 			if err := h.Handle(m); err != nil {
 				b.Error(err)
 			}

@@ -68,7 +68,7 @@
 // # Pending counts
 //
 // A message delivered by a Berth subscriber carries a tracker in its
-// context. When it enters a batch, transport.JoinBatch adds one to the
+// context. When it enters a batch, receiver.JoinBatch adds one to the
 // pending count of the listener it came from and frees its concurrency
 // permit: it now counts as batch pending instead of in flight, and the
 // listener's QueueCount (buffered + in flight + batch pending) still holds

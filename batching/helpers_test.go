@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/batching"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 func TestMain(m *testing.M) {
@@ -88,14 +88,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // listener is the part of a Berth listener a batching stage sees: its
 // pending counter, and how many permits its receiver had detached.
 type listener struct {
-	pending  *transport.Pending
+	pending  *receiver.Pending
 	mu       sync.Mutex
 	detached int
 }
 
 func newListener() *listener {
 	l := &listener{}
-	l.pending = transport.NewPending(nil)
+	l.pending = receiver.NewPending(nil)
 	return l
 }
 
@@ -109,14 +109,21 @@ func (l *listener) Detached() int {
 // the receiver attaches it.
 func (l *listener) msg(payload string) *message.Message {
 	m := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	tr := transport.NewTracker(l.pending, func() {
+	ctx, _ := receiver.NewMessageContext(context.Background(), l.pending, onEnter(func() {
 		l.mu.Lock()
 		l.detached++
 		l.mu.Unlock()
-	})
-	m.SetContext(transport.WithTracker(context.Background(), tr))
+	}))
+	m.SetContext(ctx)
 	return m
 }
+
+// onEnter is a receiver.BatchHooks that calls itself when its message
+// enters a batch.
+type onEnter func()
+
+func (f onEnter) EnteredBatch() { f() }
+func (onEnter) LeftBatch()      {}
 
 // localMsg is a message published in-process: no tracker.
 func localMsg(payload string) *message.Message {
@@ -260,7 +267,7 @@ type gochannelRun struct {
 	router    *message.Router
 	clock     *fakeClock
 	runErr    chan error
-	pending   *transport.Pending
+	pending   *receiver.Pending
 	peak      atomic.Int64
 	mu        sync.Mutex
 	delivered []*message.Message
@@ -270,7 +277,7 @@ func newGochannelRun(t *testing.T) *gochannelRun {
 	t.Helper()
 	logger := watermill.NopLogger{}
 	r := &gochannelRun{pubSub: gochannel.NewGoChannel(gochannel.Config{}, logger), clock: newFakeClock(), runErr: make(chan error, 1)}
-	r.pending = transport.NewPending(func() {
+	r.pending = receiver.NewPending(func() {
 		for n := int64(r.pending.Load()); ; {
 			p := r.peak.Load()
 			if n <= p || r.peak.CompareAndSwap(p, n) {
@@ -294,7 +301,8 @@ func (r *gochannelRun) track(detach bool) func(m *message.Message) {
 		if detach {
 			ctx = context.WithoutCancel(ctx)
 		}
-		m.SetContext(transport.WithTracker(ctx, transport.NewTracker(r.pending, nil)))
+		mctx, _ := receiver.NewMessageContext(ctx, r.pending, nil)
+		m.SetContext(mctx)
 		r.mu.Lock()
 		r.delivered = append(r.delivered, m)
 		r.mu.Unlock()

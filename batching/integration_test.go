@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -53,7 +54,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 	}
 	defer func() { _ = pub.Close() }()
 	sc := sqlqueue.SubscriberConfig{DB: db}
-	sc.Pipeline = transport.PipelineConfig{
+	sc.Pipeline = receiver.Config{
 		Concurrency:   4,
 		MaxQueue:      maxQueue,
 		RestartQueue:  restartQueue,
@@ -113,7 +114,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 		stop()
 	}()
 
-	var l *transport.Listener
+	var l *receiver.Listener
 	eventually(t, "the listener", func() bool {
 		if ls := sub.Listeners(); len(ls) == 1 {
 			l = ls[0]

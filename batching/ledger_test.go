@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -189,7 +190,7 @@ func TestSettleOnceUnderEveryTerminal(t *testing.T) {
 
 			// A member that already ended is never counted again.
 			for _, m := range msgs {
-				transport.EnterBatch(m)()
+				receiver.EnterBatch(m)()
 			}
 			if a.pending.Load() != 0 || b.pending.Load() != 0 {
 				t.Errorf("after re-entry: a=%d b=%d, want 0", a.pending.Load(), b.pending.Load())
@@ -225,8 +226,8 @@ func checkOutcome(t *testing.T, i int, err error, want string, boom error) {
 func TestSettleIsGuardedAndClamped(t *testing.T) {
 	l := newListener()
 	m1, m2 := l.msg("1"), l.msg("2")
-	s1 := transport.EnterBatch(m1)
-	s2 := transport.EnterBatch(m2)
+	s1 := receiver.EnterBatch(m1)
+	s2 := receiver.EnterBatch(m2)
 	if got := l.pending.Load(); got != 2 {
 		t.Fatalf("pending = %d, want 2", got)
 	}
@@ -235,7 +236,7 @@ func TestSettleIsGuardedAndClamped(t *testing.T) {
 	if got := l.pending.Load(); got != 1 {
 		t.Fatalf("pending after double settle = %d, want 1", got)
 	}
-	noop := transport.EnterBatch(m2) // already in a batch
+	noop := receiver.EnterBatch(m2) // already in a batch
 	noop()
 	if got := l.pending.Load(); got != 1 {
 		t.Fatalf("pending after re-entry = %d, want 1", got)
@@ -246,7 +247,7 @@ func TestSettleIsGuardedAndClamped(t *testing.T) {
 	if got := l.pending.Load(); got != 0 {
 		t.Fatalf("pending = %d, want 0", got)
 	}
-	transport.EnterBatch(localMsg("local"))()
+	receiver.EnterBatch(localMsg("local"))()
 	if got := l.pending.Load(); got != 0 {
 		t.Fatalf("pending = %d, want 0", got)
 	}
@@ -256,10 +257,11 @@ func TestSettleIsGuardedAndClamped(t *testing.T) {
 // change batching makes.
 func TestOnChange(t *testing.T) {
 	changes := make(chan int, 16)
-	var p *transport.Pending
-	p = transport.NewPending(func() { changes <- p.Load() })
+	var p *receiver.Pending
+	p = receiver.NewPending(func() { changes <- p.Load() })
 	m := message.NewMessage("1", nil)
-	m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+	ctx, _ := receiver.NewMessageContext(context.Background(), p, nil)
+	m.SetContext(ctx)
 
 	h, err := batching.NewHandler(batching.Config{MaxSize: 1}, func(context.Context, []*message.Message) error { return nil })
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/berth-go/berth/batching"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 // routerRun is one run of a Handler in a Watermill router over GoChannel.
@@ -168,10 +168,11 @@ func TestRouterCloseWithOpenBatch(t *testing.T) {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
 	defer pubSub.Close()
-	pending := transport.NewPending(nil)
+	pending := receiver.NewPending(nil)
 	var entered atomic.Int64
 	track := message.MessageTransformSubscriberDecorator(func(m *message.Message) {
-		m.SetContext(transport.WithTracker(m.Context(), transport.NewTracker(pending, func() { entered.Add(1) })))
+		ctx, _ := receiver.NewMessageContext(m.Context(), pending, onEnter(func() { entered.Add(1) }))
+		m.SetContext(ctx)
 	})
 	rec := &recorder{}
 	h, err := batching.NewHandler(batching.Config{MaxSize: 10, Clock: newFakeClock()}, rec.fn)

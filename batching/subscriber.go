@@ -135,9 +135,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 // reports them (a Berth subscriber does), so the Subscriber can be given to
 // package health in its place; nil otherwise.
 func (s *Subscriber) ListenerStates() []transport.ListenerState {
-	if ls, ok := s.sub.(interface {
-		ListenerStates() []transport.ListenerState
-	}); ok {
+	if ls, ok := s.sub.(transport.StateSource); ok {
 		return ls.ListenerStates()
 	}
 	return nil

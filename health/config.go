@@ -53,8 +53,8 @@ type Config struct {
 	// (2s).
 	PingTimeout time.Duration
 
-	// Clock is the time source; nil is the wall clock. For tests.
-	Clock Clock
+	// Clock is the time source; nil is transport.WallClock. For tests.
+	Clock transport.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -75,7 +75,7 @@ func (c Config) WithDefaults() Config {
 		c.PingTimeout = DefaultPingTimeout
 	}
 	if c.Clock == nil {
-		c.Clock = wallClock{}
+		c.Clock = transport.WallClock
 	}
 	return c
 }

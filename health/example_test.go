@@ -20,12 +20,14 @@ type fixedClock struct{ t time.Time }
 
 func (c fixedClock) Now() time.Time { return c.t }
 
+func (c fixedClock) After(time.Duration) <-chan time.Time { return nil }
+
 // A subscriber with one listener whose receiver has just faulted: liveness
 // still passes (the watchdog gets FaultGrace to rebuild it), readiness and
 // the full report fail at once.
 func ExampleHandler() {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	// In a service, this is the subscriber: *transport.Subscriber or any
+	// In a service, this is the subscriber: *receiver.Subscriber or any
 	// transport's subscriber.
 	subscriber := health.SourceFunc(func() []transport.ListenerState {
 		return []transport.ListenerState{{

@@ -149,7 +149,7 @@ func TestHandlerFaultLifecycle(t *testing.T) {
 	}
 
 	// The watchdog rebuilds: the fault clears, rebuilds counts, the last
-	// fault is still reported (as transport.Listener.State does).
+	// fault is still reported (as receiver.Listener.State does).
 	faultAt := s.FaultAt
 	s = accepting("orders.created", f.clock.Now())
 	s.Rebuilds, s.Fault, s.FaultAt = 1, "ack: panic: boom", faultAt

@@ -3,22 +3,19 @@ package health
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/berth-go/berth/transport"
 )
 
 // A Source is what health reads: a set of listeners. What
 // transport.OpenSubscriber returns (a transport.StatefulSubscriber),
-// *transport.Subscriber, every transport's subscriber (which is or embeds
+// *receiver.Subscriber, every transport's subscriber (which is or embeds
 // one) and a batching.Subscriber over any of them implement it.
 //
 // ListenerStates is called once per probe and must be cheap and safe for
 // concurrent use. A listener that no longer exists (its Subscribe ended)
 // should no longer be listed.
-type Source interface {
-	ListenerStates() []transport.ListenerState
-}
+type Source = transport.StateSource
 
 // SourceFunc adapts a function to Source.
 type SourceFunc func() []transport.ListenerState
@@ -38,16 +35,6 @@ type PingFunc func(ctx context.Context) error
 
 // Ping calls f.
 func (f PingFunc) Ping(ctx context.Context) error { return f(ctx) }
-
-// Clock is the time source of the health mapping; tests inject a fake.
-// transport.Clock satisfies it.
-type Clock interface {
-	Now() time.Time
-}
-
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
 
 // Errors returned by the checks of github.com/alexliesenfeld/health built
 // by Check, Handler.ReadyCheck and Handler.LiveCheck. The wrapped errors name

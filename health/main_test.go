@@ -29,6 +29,9 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// After is never called by the health handler.
+func (c *fakeClock) After(time.Duration) <-chan time.Time { return nil }
+
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

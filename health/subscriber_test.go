@@ -14,15 +14,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/health"
-	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
+	"github.com/berth-go/berth/transport/transporttest"
 	"github.com/berth-go/berth/wave"
 )
 
-// *transport.Subscriber, which every transport's subscriber is or wraps, is
+// *receiver.Subscriber, which every transport's subscriber is or wraps, is
 // a Source.
-var _ health.Source = (*transport.Subscriber)(nil)
+var _ health.Source = (*receiver.Subscriber)(nil)
 
 // probe GETs path and decodes the report.
 func probe(t *testing.T, srv *httptest.Server, path string) (int, health.Report) {
@@ -62,7 +64,7 @@ func TestSubscriberHealth(t *testing.T) {
 	sub, err := mem.NewSubscriber(mem.SubscriberConfig{
 		Broker:            broker,
 		VisibilityTimeout: time.Second,
-		Pipeline: transport.PipelineConfig{
+		Pipeline: receiver.Config{
 			Concurrency: 2,
 			RetryDelay:  -1,
 			Wave:        wave.Config{EmptyDelay: 10 * time.Millisecond},
@@ -90,7 +92,10 @@ func TestSubscriberHealth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	topic := "health-" + watermill.NewShortUUID()
-	msgs, err := sub.Subscribe(ctx, topic)
+	inj := transporttest.NewFaults()
+	msgs, err := sub.Subscribe(subopt.With(ctx, subopt.Options{
+		WrapSource: func(src transport.Source) transport.Source { return transporttest.FaultySource(src, inj) },
+	}), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,23 +147,22 @@ func TestSubscriberHealth(t *testing.T) {
 		return code == http.StatusOK && lr.Reason == health.ReasonOK
 	})
 
-	// A panic in delivery faults the receiver; the watchdog rebuilds it,
-	// health reports the rebuild and the last fault, the message arrives.
-	inj := faults.New().Panic(faults.Deliver, 1)
-	uninstall := faults.Install(inj)
-	defer uninstall()
+	// A panic in the lease gate faults the receiver; the watchdog rebuilds
+	// it, health reports the rebuild and the last fault, the message
+	// arrives.
+	inj.Panic(transporttest.AtBegin, 1)
 	msg := message.NewMessage(watermill.NewUUID(), []byte("order 1"))
 	broker.Publish(topic, msg)
 	eventually(t, "the message processed after the rebuild", func() bool { return received(msg.UUID) })
-	if inj.Hits(faults.Deliver) != 1 {
-		t.Fatalf("deliver faults injected: %d", inj.Hits(faults.Deliver))
+	if inj.Hits(transporttest.AtBegin) != 1 {
+		t.Fatalf("begin faults injected: %d", inj.Hits(transporttest.AtBegin))
 	}
 	eventually(t, "healthy after the rebuild", func() bool {
 		code, lr := listener("/healthz")
 		return code == http.StatusOK && lr.Reason == health.ReasonOK && lr.Rebuilds == 1 && !lr.Faulted
 	})
 	_, lr := listener("/healthz")
-	if lr.Fault == nil || !strings.Contains(lr.Fault.Cause, string(faults.Deliver)) || lr.Fault.At.IsZero() {
+	if lr.Fault == nil || !strings.Contains(lr.Fault.Cause, string(transporttest.AtBegin)) || lr.Fault.At.IsZero() {
 		t.Errorf("last fault: %+v", lr.Fault)
 	}
 

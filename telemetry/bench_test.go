@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
@@ -61,7 +62,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			broker.Ensure("bench", "")
 			var pub message.Publisher
 			pub, _ = mem.NewPublisher(mem.PublisherConfig{Broker: broker}, nil)
-			pcfg := transport.PipelineConfig{Concurrency: 64, MaxQueue: 1 << 20}
+			pcfg := receiver.Config{Concurrency: 64, MaxQueue: 1 << 20}
 			if bc.cfg != nil {
 				obs, err := telemetry.NewObserver(*bc.cfg)
 				if err != nil {

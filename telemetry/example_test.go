@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
-	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 )
 
@@ -43,7 +43,7 @@ func Example() {
 	pub := telemetry.Publisher(memPub, cfg)
 	sub, err := mem.NewSubscriber(mem.SubscriberConfig{
 		Broker:   broker,
-		Pipeline: transport.PipelineConfig{Observer: obs},
+		Pipeline: receiver.Config{Observer: obs},
 	}, nil)
 	if err != nil {
 		panic(err)

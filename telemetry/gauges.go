@@ -13,13 +13,6 @@ import (
 	"github.com/berth-go/berth/transport"
 )
 
-// ListenerStater is what RegisterSubscriber reads: every Berth subscriber
-// (*transport.Subscriber, and the transports' subscribers that embed it)
-// implements it.
-type ListenerStater interface {
-	ListenerStates() []transport.ListenerState
-}
-
 // RegisterSubscriber registers observable up-down counters that report
 // each running listener of sub at every collection: queue count, buffered,
 // in flight, batch pending, latched, faulted and status (see
@@ -33,7 +26,7 @@ type ListenerStater interface {
 // and messaging.consumer.group.name when it has one. A nil meter means the
 // global meter provider's meter for ScopeName. Unregister the returned
 // registration when the subscriber is closed.
-func RegisterSubscriber(meter metric.Meter, name string, sub ListenerStater) (metric.Registration, error) {
+func RegisterSubscriber(meter metric.Meter, name string, sub transport.StateSource) (metric.Registration, error) {
 	if sub == nil {
 		return nil, fmt.Errorf("telemetry: RegisterSubscriber: %w: sub: required", transport.ErrInvalidConfig)
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
-	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 )
 
@@ -36,7 +36,7 @@ func (p *countingPublisher) RoundTrips() map[string]int64 {
 var memBackend = backend{
 	system: mem.MessagingSystem,
 	group:  "billing",
-	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
+	open: func(t *testing.T, pcfg receiver.Config) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		b := mem.NewBroker()
 		pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: b}, nil)
 		if err != nil {

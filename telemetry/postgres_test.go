@@ -6,8 +6,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
-	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -33,7 +33,7 @@ func sqlRoundTrips(stats ...func() sqlqueue.Stats) telemetry.RoundTripper {
 var postgresBackend = backend{
 	system: postgres.MessagingSystem,
 	group:  "billing",
-	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
+	open: func(t *testing.T, pcfg receiver.Config) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		db, err := postgres.Open(testenv.PostgresSchemaURL(t), 4)
 		if err != nil {
 			t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
-	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqs"
 )
 
@@ -19,7 +19,7 @@ var sqsBackend = backend{
 	system: sqs.MessagingSystem,
 	// Consumers report the queue: the topic, sanitized.
 	destination: func(topic string) string { return sqs.SanitizeName(topic, false) },
-	open: func(t *testing.T, pcfg transport.PipelineConfig) (message.Publisher, subscriber, telemetry.RoundTripper) {
+	open: func(t *testing.T, pcfg receiver.Config) (message.Publisher, subscriber, telemetry.RoundTripper) {
 		env := testenv.SQSConfig(t)
 		counter := &sqs.RequestCounter{}
 		client := sqs.ClientConfig{

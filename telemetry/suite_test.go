@@ -18,15 +18,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/berth-go/berth/batching"
-	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/telemetry"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/transporttest"
 )
 
 // subscriber is what the suite needs of a transport's subscriber.
 type subscriber interface {
 	message.Subscriber
-	telemetry.ListenerStater
+	transport.StateSource
 }
 
 // backend opens a transport's publisher and subscriber for the suite. The
@@ -38,7 +40,7 @@ type backend struct {
 	system      string
 	group       string
 	destination func(topic string) string
-	open        func(t *testing.T, pcfg transport.PipelineConfig) (pub message.Publisher, sub subscriber, rt telemetry.RoundTripper)
+	open        func(t *testing.T, pcfg receiver.Config) (pub message.Publisher, sub subscriber, rt telemetry.RoundTripper)
 }
 
 // consumerDestination is the messaging.destination.name consumers of
@@ -71,8 +73,8 @@ func runSuite(t *testing.T, b backend) {
 	t.Run("Metrics", func(t *testing.T) { testMetrics(t, b) })
 }
 
-func basePipeline() transport.PipelineConfig {
-	var c transport.PipelineConfig
+func basePipeline() receiver.Config {
+	var c receiver.Config
 	c.Concurrency = 4
 	c.RetryDelay = time.Millisecond
 	c.MaxRetryDelay = 10 * time.Millisecond
@@ -89,9 +91,11 @@ type stack struct {
 	pub message.Publisher
 	sub subscriber
 	rt  telemetry.RoundTripper
+	// faults injects faults into every listener's source.
+	faults *transporttest.Faults
 }
 
-func openStack(t *testing.T, b backend, pcfg transport.PipelineConfig, mod func(*telemetry.Config)) *stack {
+func openStack(t *testing.T, b backend, pcfg receiver.Config, mod func(*telemetry.Config)) *stack {
 	t.Helper()
 	r := newRig(t)
 	cfg := r.config() // no System: the transport names it
@@ -104,7 +108,8 @@ func openStack(t *testing.T, b backend, pcfg transport.PipelineConfig, mod func(
 	}
 	pcfg.Observer = obs
 	rawPub, sub, rt := b.open(t, pcfg)
-	s := &stack{r: r, cfg: cfg, obs: obs, pub: telemetry.Publisher(rawPub, cfg), sub: sub, rt: rt}
+	s := &stack{r: r, cfg: cfg, obs: obs, pub: telemetry.Publisher(rawPub, cfg), sub: sub, rt: rt,
+		faults: transporttest.NewFaults()}
 	t.Cleanup(func() {
 		_ = s.sub.Close()
 		_ = s.pub.Close()
@@ -119,7 +124,9 @@ func subscribe(t *testing.T, s *stack, topic string) <-chan *message.Message {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(subopt.With(context.Background(), subopt.Options{
+		WrapSource: func(src transport.Source) transport.Source { return transporttest.FaultySource(src, s.faults) },
+	}))
 	t.Cleanup(cancel)
 	ch, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
@@ -455,7 +462,7 @@ func testMetrics(t *testing.T, b backend) {
 		t.Errorf("%s{status=too_busy} = %v (present %v), want 1", telemetry.MetricStatus, v, ok)
 	}
 	// Batch pending: one held message enters a batch stage.
-	settle := transport.EnterBatch(held[0])
+	settle := receiver.EnterBatch(held[0])
 	eventually(t, "batch_pending = 1", func() bool {
 		v, _, ok := value(s.r.collect(t), telemetry.MetricBatchPending, sub)
 		return ok && v == 1
@@ -504,10 +511,9 @@ func testMetrics(t *testing.T, b backend) {
 	})
 
 	// A fault at mapping, and the watchdog's rebuild.
-	uninstall := faults.Install(faults.New().Panic(faults.Map, 1))
+	s.faults.Panic(transporttest.AtMap, 1)
 	faultMsg := message.NewMessage(watermill.NewUUID(), []byte("fault"))
 	if err := s.pub.Publish(topic, faultMsg); err != nil {
-		uninstall()
 		t.Fatal(err)
 	}
 	eventually(t, "fault and rebuild counted", func() bool {
@@ -516,7 +522,6 @@ func testMetrics(t *testing.T, b backend) {
 		r, _, _ := value(rm, telemetry.MetricRebuilds)
 		return f >= 1 && r >= 1
 	})
-	uninstall()
 	s.obs.ForListener("unmappable-listener", transport.Destination{System: b.system}).
 		DeadLettered("unmappable-listener", nil, "cannot map message: bad payload")
 

@@ -33,10 +33,7 @@ type Driver interface {
 // and telemetry (RegisterSubscriber).
 type StatefulSubscriber interface {
 	message.Subscriber
-	// ListenerStates returns a snapshot of every running listener: one
-	// per Subscribe call whose context is not done. It is cheap and safe
-	// for concurrent use.
-	ListenerStates() []ListenerState
+	StateSource
 }
 
 // Options are the settings a URL cannot carry. The zero value is the

@@ -10,7 +10,7 @@ import (
 
 // A Source is the only thing a transport implements on the receive side. It
 // claims raw deliveries from a broker and settles them; the shared pipeline
-// (the Listener and the receiver stage) owns everything else: the receive
+// (package receiver) owns everything else: the receive
 // loop, the bounded buffer, concurrency permits, mapping, delivery to
 // Watermill, retries and dead-lettering decisions.
 //
@@ -80,6 +80,14 @@ type Delivery struct {
 	// SQL row's buffers). The pipeline sets it to nil once Map has succeeded,
 	// so the broker payload is not retained next to the mapped message.
 	Raw any
+}
+
+// ClaimSizer is implemented by sources whose Claim returns at most a fixed
+// number of deliveries per call (SQS: 10). The receive loop then launches a
+// wave of concurrent Claims, one per probe. Sources without it (SQL) claim a
+// whole wave in one call, each row counting as a probe.
+type ClaimSizer interface {
+	MaxClaim() int
 }
 
 // Renewer is implemented by sources whose leases expire (SQS visibility

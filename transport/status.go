@@ -84,3 +84,13 @@ type ListenerState struct {
 	Wave                int       // the size of the last wave launched
 	StartedAt           time.Time
 }
+
+// A StateSource reports the state of its listeners. Every Berth subscriber
+// is one (see [StatefulSubscriber]); health.Handler and
+// telemetry.RegisterSubscriber read it.
+type StateSource interface {
+	// ListenerStates returns a snapshot of every running listener: one
+	// per Subscribe call whose context is not done. It is cheap and safe
+	// for concurrent use.
+	ListenerStates() []ListenerState
+}

@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/berth-go/berth/transport"
 )
 
 // Defaults for Config fields left zero.
@@ -82,34 +84,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Clock is the time source; tests inject a fake.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-// RealClock is the wall clock.
-var RealClock Clock = realClock{}
-
 // Controller holds the ramp state of one receive loop.
 type Controller struct {
 	cfg     Config
-	clock   Clock
+	clock   transport.Clock
 	next    int
 	last    time.Time // when the last wave was observed
 	started bool
 }
 
 // New returns a controller; nil clock means the wall clock.
-func New(cfg Config, clock Clock) (*Controller, error) {
+func New(cfg Config, clock transport.Clock) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if clock == nil {
-		clock = RealClock
+		clock = transport.WallClock
 	}
 	return &Controller{cfg: cfg.WithDefaults(), clock: clock, next: 1}, nil
 }

@@ -8,8 +8,9 @@ import (
 
 type fakeClock struct{ now time.Time }
 
-func (c *fakeClock) Now() time.Time          { return c.now }
-func (c *fakeClock) advance(d time.Duration) { c.now = c.now.Add(d) }
+func (c *fakeClock) Now() time.Time                       { return c.now }
+func (c *fakeClock) After(time.Duration) <-chan time.Time { return nil }
+func (c *fakeClock) advance(d time.Duration)              { c.now = c.now.Add(d) }
 
 func newCtrl(t *testing.T, cfg Config) (*Controller, *fakeClock) {
 	t.Helper()

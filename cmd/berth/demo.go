@@ -23,6 +23,7 @@ import (
 
 	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/health"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	_ "github.com/berth-go/berth/transport/all"
 )
@@ -175,7 +176,7 @@ func demoMaxAttempts(subURL string) int {
 			return n
 		}
 	}
-	return transport.DefaultMaxAttempts
+	return receiver.DefaultMaxAttempts
 }
 
 func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
@@ -242,7 +243,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		return err
 	}
 	// A dead letter's reason ends with the handler's error ("…: poison order").
-	router.AddMiddleware(transport.DeadLetterReason())
+	router.AddMiddleware(receiver.DeadLetterReason())
 	// settled records a message's outcome; the first one counts, a later
 	// one is a duplicate (a broker may deliver a message again: SQS
 	// standard queues at least once, and an SQS queue without a

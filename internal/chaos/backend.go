@@ -18,6 +18,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlite"
@@ -29,7 +30,7 @@ import (
 type subscriber interface {
 	message.Subscriber
 	message.SubscribeInitializer
-	ListenerStates() []transport.ListenerState
+	transport.StateSource
 }
 
 // link is an instance's connection to the broker, which the harness can
@@ -46,7 +47,7 @@ type backend interface {
 	publisher(ctx context.Context) (message.Publisher, error)
 	// instance opens a subscriber whose broker traffic goes through its own
 	// link.
-	instance(ctx context.Context, id string, p transport.PipelineConfig) (subscriber, link, error)
+	instance(ctx context.Context, id string, p receiver.Config) (subscriber, link, error)
 	// inject starts a fault on every live link (or the broker) and returns
 	// a function that ends it.
 	inject(ctx context.Context, k Kind, links []link, rnd func() float64) (detail string, end func(), err error)
@@ -187,7 +188,7 @@ func (l *sqlLink) close() {
 	}
 }
 
-func (b *sqlBackend) subConfig(p transport.PipelineConfig) sqlqueue.SubscriberConfig {
+func (b *sqlBackend) subConfig(p receiver.Config) sqlqueue.SubscriberConfig {
 	return sqlqueue.SubscriberConfig{
 		Tables:           b.tables,
 		Pipeline:         p,
@@ -198,7 +199,7 @@ func (b *sqlBackend) subConfig(p transport.PipelineConfig) sqlqueue.SubscriberCo
 	}
 }
 
-func (b *sqlBackend) instance(_ context.Context, id string, p transport.PipelineConfig) (subscriber, link, error) {
+func (b *sqlBackend) instance(_ context.Context, id string, p receiver.Config) (subscriber, link, error) {
 	sc := b.subConfig(p)
 	if b.kind == "postgres" {
 		px, err := NewTCPProxy(b.baseURL.Host)
@@ -362,7 +363,7 @@ type httpLink struct{ proxy *HTTPProxy }
 func (l *httpLink) kill()  { l.proxy.Kill() }
 func (l *httpLink) close() { _ = l.proxy.Close() }
 
-func (b *sqsBackend) instance(_ context.Context, _ string, p transport.PipelineConfig) (subscriber, link, error) {
+func (b *sqsBackend) instance(_ context.Context, _ string, p receiver.Config) (subscriber, link, error) {
 	px, err := NewHTTPProxy(b.endpoint, b.cfg.rnd)
 	if err != nil {
 		return nil, nil, err

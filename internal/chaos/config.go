@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berth-go/berth/internal/faults"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/transporttest"
 )
 
 // Kind names a kind of injected fault.
@@ -26,7 +26,7 @@ const (
 	KindHTTPThrottle Kind = "http_throttle"        // SQS proxy: 400 ThrottlingException
 	KindHTTPTimeout  Kind = "http_timeout"         // SQS proxy: hold requests, then 504
 	KindKill         Kind = "instance_kill"        // a subscriber abandoned without Close, then restarted
-	KindBerthPrefix  Kind = "berth:"               // + a faults.Point: Berth's own injection points
+	KindBerthPrefix  Kind = "berth:"               // + a transporttest.Point: Berth's own injection points
 )
 
 // Defaults of Config, for fields left zero.
@@ -192,4 +192,4 @@ func (c *Config) rnd() float64 {
 // berthPoints are the injection points the harness schedules, each as a
 // panic (an error at Map would dead-letter a valid message: that is Map's
 // contract for undecodable input, not a fault).
-var berthPoints = []faults.Point{faults.Receive, faults.Map, faults.Deliver, faults.Ack, faults.Nack, faults.DeadLetter, faults.Release, faults.Log}
+var berthPoints = transporttest.Points

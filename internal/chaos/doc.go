@@ -28,8 +28,8 @@
 //   - http_5xx, http_throttle, http_timeout, net_latency on the SQS proxies;
 //   - instance_kill: an instance abandoned without Close, then restarted;
 //   - berth:<point>: a panic at one of Berth's own injection points
-//     (internal/faults): receive, map, deliver, ack, nack, dead-letter,
-//     release, log.
+//     (transporttest.FaultySource and PanickingLogger, per run): receive,
+//     map, begin, ack, nack, dead-letter, release, log.
 //
 // Handler errors and panics happen all along at Config.HandlerErrorRate and
 // Config.HandlerPanicRate, on attempts 1 and 2 only, and every

@@ -12,12 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/health"
-	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/transporttest"
 )
 
 // Metadata the harness sets on published messages.
@@ -47,7 +50,10 @@ type runner struct {
 	b      backend
 	ledger *Ledger
 	topic  string
-	pcfg   transport.PipelineConfig
+	pcfg   receiver.Config
+	// faults injects the berth: kinds into every instance's source and
+	// logger (this run's own: nothing is process-wide).
+	faults *transporttest.Faults
 
 	rebuilds      atomic.Int64
 	handlerErrs   atomic.Int64
@@ -88,14 +94,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: &cfg, b: b, ledger: NewLedger()}
+	r := &runner{cfg: &cfg, b: b, ledger: NewLedger(), faults: transporttest.NewFaults()}
 	switch bb := b.(type) {
 	case *sqlBackend:
 		r.topic = bb.topic
 	case *sqsBackend:
 		r.topic = bb.topic
 	}
-	r.pcfg = transport.PipelineConfig{
+	r.pcfg = receiver.Config{
 		Concurrency:   8,
 		MaxAttempts:   cfg.MaxAttempts,
 		RetryDelay:    20 * time.Millisecond,
@@ -353,7 +359,12 @@ func (r *runner) startInstance(ctx context.Context, slot int) error {
 	_ = hh.AddSource(id, sub)
 	cctx, cancel := context.WithCancel(context.Background())
 	inst := &instance{id: id, batch: slot%2 == 1, sub: sub, link: lk, health: hh, dead: make(chan struct{}), cancel: cancel}
-	ch, err := sub.Subscribe(cctx, r.topic)
+	ch, err := sub.Subscribe(subopt.With(cctx, subopt.Options{
+		WrapSource: func(src transport.Source) transport.Source { return transporttest.FaultySource(src, r.faults) },
+		WrapLogger: func(l watermill.LoggerAdapter) watermill.LoggerAdapter {
+			return transporttest.PanickingLogger(l, r.faults)
+		},
+	}), r.topic)
 	if err != nil {
 		cancel()
 		_ = sub.Close()
@@ -457,12 +468,13 @@ func (r *runner) inject(ctx context.Context, k Kind) (FaultRecord, error) {
 			return fr, fmt.Errorf("restart: %w", err)
 		}
 	case strings.HasPrefix(string(k), string(KindBerthPrefix)):
-		p := faults.Point(strings.TrimPrefix(string(k), string(KindBerthPrefix)))
-		inj := faults.New().Panic(p, 1)
-		uninstall := faults.Install(inj)
+		p := transporttest.Point(strings.TrimPrefix(string(k), string(KindBerthPrefix)))
+		inj := r.faults
+		before := inj.Hits(p)
+		inj.Panic(p, 1)
 		// Held until it fires (or FaultLength passes), so that recovery
 		// is measured from the panic.
-		for until := time.Now().Add(r.cfg.FaultLength); time.Now().Before(until) && inj.Hits(p) == 0; {
+		for until := time.Now().Add(r.cfg.FaultLength); time.Now().Before(until) && inj.Hits(p) == before; {
 			for _, h := range r.healthReasons(ctx) {
 				seen[h] = true
 			}
@@ -470,8 +482,8 @@ func (r *runner) inject(ctx context.Context, k Kind) (FaultRecord, error) {
 				break
 			}
 		}
-		uninstall()
-		if inj.Hits(p) > 0 {
+		inj.Panic(p, 0) // disarm
+		if inj.Hits(p) > before {
 			fr.Detail = "panic fired"
 		} else {
 			fr.Detail = notReached

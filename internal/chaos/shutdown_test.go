@@ -14,7 +14,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqs"
 )
 
@@ -27,8 +27,8 @@ const (
 	shutdownDrain    = 3 * time.Second
 )
 
-func shutdownPipeline() transport.PipelineConfig {
-	return transport.PipelineConfig{Concurrency: 8, DrainTimeout: shutdownDrain, CheckInterval: 50 * time.Millisecond}
+func shutdownPipeline() receiver.Config {
+	return receiver.Config{Concurrency: 8, DrainTimeout: shutdownDrain, CheckInterval: 50 * time.Millisecond}
 }
 
 // loadAndClose publishes, consumes until a third is handled, closes, and

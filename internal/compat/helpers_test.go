@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqs"
 )
 
@@ -67,7 +67,7 @@ func createQueue(t *testing.T, api *awssqs.Client, name string, attrs map[string
 	return aws.ToString(out.QueueUrl)
 }
 
-func newTestSubscriber(t *testing.T, cfg sqs.SubscriberConfig) *transport.Subscriber {
+func newTestSubscriber(t *testing.T, cfg sqs.SubscriberConfig) *receiver.Subscriber {
 	t.Helper()
 	if cfg.Client.Endpoint == "" {
 		cfg.Client = clientConfig(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqs"
 )
@@ -339,7 +340,7 @@ func TestWatermillAWSCodecDeadLetter(t *testing.T) {
 	sub := newTestSubscriber(t, sqs.SubscriberConfig{
 		Codec:    sqs.WatermillAWSCodec{},
 		Queue:    sqs.QueueConfig{DeadLetterQueue: dlq},
-		Pipeline: transport.PipelineConfig{MaxAttempts: 1},
+		Pipeline: receiver.Config{MaxAttempts: 1},
 	})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqs"
 )
@@ -71,7 +72,7 @@ func OpenSQS(ctx context.Context, rawURL string) (*SQS, error) {
 	p.Duration("wait_time", 0, -1, 20*time.Second)
 	p.Duration("visibility_timeout", 0, time.Second, sqs.MaxVisibilityTimeout)
 	p.Duration("settle_interval", 0, -1, time.Minute)
-	var pc transport.PipelineConfig
+	var pc receiver.Config
 	pc.ParseURL(p)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqs URL: %w", transport.ErrInvalidConfig, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 )
@@ -20,7 +21,7 @@ import (
 const deadLetterParams = "max_attempts=2&retry_delay=10ms&empty_delay=20ms"
 
 // TestDeadLetterReasonThroughRouter: a poison message through a Watermill
-// router with transport.DeadLetterReason ends in the dead letters with the
+// router with receiver.DeadLetterReason ends in the dead letters with the
 // handler's error after the attempt count, in what the destination stores
 // (mem's DeadLetter, the SQL error row, SQS's berth_dead_letter attribute,
 // as `berth dlq` reads them) and in what the observer is told.
@@ -83,7 +84,7 @@ func TestDeadLetterReasonThroughRouter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			router.AddMiddleware(transport.DeadLetterReason())
+			router.AddMiddleware(receiver.DeadLetterReason())
 			router.AddConsumerHandler("orders", topic, sub, func(m *message.Message) error {
 				return fmt.Errorf("order %s: card declined", m.UUID)
 			})

@@ -92,7 +92,7 @@ type SubscriberConfig struct {
 	// unless renewed. Defaults to DefaultVisibilityTimeout (30s).
 	VisibilityTimeout time.Duration
 	// Pipeline configures the receive pipeline.
-	Pipeline transport.PipelineConfig
+	Pipeline receiver.Config
 }
 
 // Validate reports every invalid field at once.
@@ -114,7 +114,7 @@ func (c SubscriberConfig) Validate() error {
 }
 
 // NewSubscriber returns a Watermill subscriber over the broker.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,13 +123,12 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*trans
 		vis = DefaultVisibilityTimeout
 	}
 	b, group := cfg.Broker, cfg.ConsumerGroup
-	return transport.NewSubscriber(
+	return receiver.NewSubscriber(
 		func(_ context.Context, topic string) (transport.Source, error) {
 			return b.newSource(topic, group, vis), nil
 		},
-		transport.SubscriberConfig{
+		receiver.SubscriberConfig{
 			Pipeline:      cfg.Pipeline,
-			NewReceiver:   receiver.New,
 			Logger:        logger,
 			Initialize:    func(topic string) error { b.Ensure(topic, group); return nil },
 			System:        MessagingSystem,

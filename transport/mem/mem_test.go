@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 	"github.com/berth-go/berth/transport/transporttest"
@@ -59,7 +60,7 @@ func config(t *testing.T) transporttest.Config {
 		NewConsumerGroupPubSub: func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 			return open(t, url+"&consumer_group="+group)
 		},
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			pub, err := mem.NewPublisher(mem.PublisherConfig{Broker: broker}, nil)
 			if err != nil {
 				t.Fatal(err)

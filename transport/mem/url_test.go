@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -49,7 +50,7 @@ func TestOpenBadInput(t *testing.T) {
 }
 
 func TestConfigErrorsNameEveryField(t *testing.T) {
-	err := transport.PipelineConfig{Concurrency: -1, BufferSize: -2, MaxQueue: -3, DrainTimeout: -1}.Validate()
+	err := receiver.Config{Concurrency: -1, BufferSize: -2, MaxQueue: -3, DrainTimeout: -1}.Validate()
 	if !errors.Is(err, transport.ErrInvalidConfig) {
 		t.Fatalf("err = %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -162,7 +163,7 @@ func kit(t *testing.T) transporttest.Config {
 		Features:               features,
 		NewPubSub:              func(t *testing.T) (message.Publisher, message.Subscriber) { return openURL(t, "") },
 		NewConsumerGroupPubSub: openURL,
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
 			if err != nil {
 				t.Fatal(err)

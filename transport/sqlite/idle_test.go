@@ -11,7 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/wave"
@@ -109,7 +109,7 @@ func newIdleRig(t *testing.T) *idleRig {
 	t.Cleanup(func() { _ = pubDB.Close() })
 	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{
 		DB: subDB, Dialect: d, IdleProbeMax: rigProbeMax, WakeDebounce: -1, SweepInterval: -1,
-		Pipeline: transport.PipelineConfig{Clock: clk, Wave: wave.Config{EmptyDelay: rigEmptyDelay}},
+		Pipeline: receiver.Config{Clock: clk, Wave: wave.Config{EmptyDelay: rigEmptyDelay}},
 	})
 	if err != nil {
 		t.Fatal(err)

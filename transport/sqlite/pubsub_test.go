@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -77,7 +78,7 @@ func kit(t *testing.T) transporttest.Config {
 		},
 		NewPubSub:              func(t *testing.T) (message.Publisher, message.Subscriber) { return openURL(t, "") },
 		NewConsumerGroupPubSub: openURL,
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			path := pathOf(t)
 			pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path}, nil)
 			if err != nil {

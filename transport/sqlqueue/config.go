@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -87,7 +88,7 @@ type SubscriberConfig struct {
 
 	// Pipeline configures the shared receive pipeline (concurrency,
 	// buffer, attempts, retry backoff, waves, back-pressure).
-	Pipeline transport.PipelineConfig
+	Pipeline receiver.Config
 
 	// ConsumerGroup selects the queue: each (topic, group) pair has its own
 	// queue table, and publishing to a topic inserts one row per subscribed

@@ -11,9 +11,9 @@ import (
 // Subscriber is a Watermill message.Subscriber (and
 // message.SubscribeInitializer) over SQL queue tables, built on the shared
 // pipeline: each Subscribe opens a Source on the queue of (topic,
-// ConsumerGroup) and runs a transport.Listener over it.
+// ConsumerGroup) and runs a receiver.Listener over it.
 type Subscriber struct {
-	*transport.Subscriber
+	*receiver.Subscriber
 	e   *engine
 	cfg SubscriberConfig
 
@@ -31,9 +31,8 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Subscriber{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg}
-	ts, err := transport.NewSubscriber(s.open, transport.SubscriberConfig{
+	ts, err := receiver.NewSubscriber(s.open, receiver.SubscriberConfig{
 		Pipeline:      cfg.Pipeline,
-		NewReceiver:   receiver.New,
 		Logger:        cfg.Logger,
 		Initialize:    s.initialize,
 		System:        MessagingSystem(cfg.Dialect),

@@ -16,7 +16,7 @@ func (t *Tables) ParseURL(p *urlparam.Params) {
 }
 
 // ParseURL reads the subscriber's URL parameters from p: the pipeline's
-// (see transport.PipelineConfig.ParseURL), the tables', and consumer_group,
+// (see receiver.Config.ParseURL), the tables', and consumer_group,
 // lease, fetch_timeout, sweep_interval, wake_debounce, idle_probe_max,
 // settle_linger. One URL serves both sides, so the publisher's parameters (see
 // PublisherConfig.ParseURL) are accepted too: checked, then ignored.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
@@ -88,7 +89,7 @@ func contractConfig(t *testing.T) transporttest.Config {
 		NewConsumerGroupPubSub: func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 			return open(t, group)
 		},
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			pcfg := sqlserver.PublisherConfig{DSN: dsn.DSN, MaxOpenConns: 2}
 			pcfg.Tables.Schema = schema
 			pub, err := sqlserver.NewPublisher(pcfg, nil)

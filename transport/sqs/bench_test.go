@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 // BenchmarkConsumeBacklog consumes a 1,000-message backlog per iteration and
@@ -45,7 +45,7 @@ func BenchmarkConsumeBacklog(b *testing.B) {
 		url := aws.ToString(must(api.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(topic)})).QueueUrl)
 		sub, err := NewSubscriber(SubscriberConfig{
 			Client:   clientConfig(b, &subCount),
-			Pipeline: transport.PipelineConfig{Concurrency: 16},
+			Pipeline: receiver.Config{Concurrency: 16},
 		}, nil)
 		if err != nil {
 			b.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 var (
@@ -112,7 +112,7 @@ func TestMeasureClose(t *testing.T) {
 
 // idleSub is a subscriber consuming an empty queue, its long poll out.
 type idleSub struct {
-	sub *transport.Subscriber
+	sub *receiver.Subscriber
 	url string
 }
 
@@ -124,7 +124,7 @@ func openIdle(t *testing.T, api *awssqs.Client, wait time.Duration) *idleSub {
 	sub, err := NewSubscriber(SubscriberConfig{
 		Client:   ClientConfig{SQS: polls},
 		WaitTime: wait,
-		Pipeline: transport.PipelineConfig{DrainTimeout: *measureDrain},
+		Pipeline: receiver.Config{DrainTimeout: *measureDrain},
 	}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func drainTimeout() time.Duration {
 	if *measureDrain > 0 {
 		return *measureDrain
 	}
-	return transport.DefaultDrainTimeout
+	return receiver.DefaultDrainTimeout
 }
 
 func loadAverage() string {

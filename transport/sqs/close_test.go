@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -184,7 +185,7 @@ func TestCloseLeavesNoMessageBehind(t *testing.T) {
 	})
 }
 
-func idleSubscriber(t *testing.T) (*awssqs.Client, string, *transport.Subscriber, *countingSQS) {
+func idleSubscriber(t *testing.T) (*awssqs.Client, string, *receiver.Subscriber, *countingSQS) {
 	t.Helper()
 	api := rawClient(t)
 	topic := testenv.UniqueName("close")
@@ -194,7 +195,7 @@ func idleSubscriber(t *testing.T) (*awssqs.Client, string, *transport.Subscriber
 		Client:            ClientConfig{SQS: polls},
 		WaitTime:          3 * time.Second,
 		VisibilityTimeout: 10 * time.Minute,
-		Pipeline:          transport.PipelineConfig{DrainTimeout: 500 * time.Millisecond},
+		Pipeline:          receiver.Config{DrainTimeout: 500 * time.Millisecond},
 	}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +207,7 @@ func idleSubscriber(t *testing.T) (*awssqs.Client, string, *transport.Subscriber
 	return api, url, sub, polls
 }
 
-func closeWithin(t *testing.T, sub *transport.Subscriber, d time.Duration) {
+func closeWithin(t *testing.T, sub *receiver.Subscriber, d time.Duration) {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()

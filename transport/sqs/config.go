@@ -16,6 +16,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -335,7 +336,7 @@ type SubscriberConfig struct {
 	// here, since an empty long poll already waited WaitTime. (The listener
 	// asks in full requests of 10: a wave never has more polls than full
 	// requests fit in the free buffer.)
-	Pipeline transport.PipelineConfig
+	Pipeline receiver.Config
 
 	// Client says how to reach SQS and SNS.
 	Client ClientConfig

@@ -8,19 +8,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/transporttest"
 )
 
 // conformance builds the transporttest constructors for one queue flavour.
-func conformance(t *testing.T, queue QueueConfig, sns bool, pipeline transport.PipelineConfig) transporttest.Config {
+func conformance(t *testing.T, queue QueueConfig, sns bool, pipeline receiver.Config) transporttest.Config {
 	queue.Create = true
 	queue.DeadLetterQueue = testenv.UniqueName("dlq")
 	dl := &deadLetters{api: rawClient(t), name: queue.DeadLetterQueue}
 	if queue.FIFO {
 		dl.name += ".fifo"
 	}
-	build := func(t *testing.T, group string, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+	build := func(t *testing.T, group string, p receiver.Config) (message.Publisher, message.Subscriber) {
 		pub, err := NewPublisher(PublisherConfig{Client: clientConfig(t, nil), Queue: queue, SNS: sns}, testLogger(t))
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func conformance(t *testing.T, queue QueueConfig, sns bool, pipeline transport.P
 		NewPubSub: func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return build(t, defaultGroup, pipeline)
 		},
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			return build(t, defaultGroup, p)
 		},
 		DeadLetters: func(t *testing.T, topic string) []transporttest.DeadLetter {
@@ -70,7 +70,7 @@ func conformance(t *testing.T, queue QueueConfig, sns bool, pipeline transport.P
 }
 
 func TestConformanceStandard(t *testing.T) {
-	c := conformance(t, QueueConfig{}, false, transport.PipelineConfig{})
+	c := conformance(t, QueueConfig{}, false, receiver.Config{})
 	c.Features = tests.Features{
 		ConsumerGroups:      false,
 		ExactlyOnceDelivery: false,
@@ -98,7 +98,7 @@ func TestConformanceFIFO(t *testing.T) {
 	// receives too, so the redrive policy's maxReceiveCount (20 by default)
 	// would move messages this test nacks ~6 times and re-reads through
 	// four subscribers to the DLQ; lift it for the suite.
-	c := conformance(t, QueueConfig{FIFO: true, MaxReceiveCount: 1000}, false, transport.PipelineConfig{
+	c := conformance(t, QueueConfig{FIFO: true, MaxReceiveCount: 1000}, false, receiver.Config{
 		Concurrency: 1, RetryDelay: -1, MaxAttempts: -1,
 	})
 	c.Features = tests.Features{
@@ -116,7 +116,7 @@ func TestConformanceFIFO(t *testing.T) {
 // publishing, since SNS drops messages published while no queue is
 // subscribed).
 func TestConformanceSNS(t *testing.T) {
-	c := conformance(t, QueueConfig{}, true, transport.PipelineConfig{})
+	c := conformance(t, QueueConfig{}, true, receiver.Config{})
 	c.Features = tests.Features{
 		ConsumerGroups:      true,
 		ExactlyOnceDelivery: false,
@@ -130,5 +130,5 @@ func TestConformanceSNS(t *testing.T) {
 // each is recorded, reported, rebuilt, and nothing is lost (a message whose
 // settlement panicked returns after its visibility timeout).
 func TestFaults(t *testing.T) {
-	transporttest.RunFaults(t, conformance(t, QueueConfig{}, false, transport.PipelineConfig{}))
+	transporttest.RunFaults(t, conformance(t, QueueConfig{}, false, receiver.Config{}))
 }

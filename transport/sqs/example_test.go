@@ -12,6 +12,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqs"
 )
@@ -44,7 +45,7 @@ func ExampleNewSubscriber() {
 		Client:            client,
 		Queue:             queue,
 		VisibilityTimeout: time.Minute,
-		Pipeline:          transport.PipelineConfig{Concurrency: 32},
+		Pipeline:          receiver.Config{Concurrency: 32},
 	}, nil)
 	if err != nil {
 		panic(err)

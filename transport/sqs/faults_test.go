@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -142,7 +143,7 @@ func TestThrottlingAndServerErrorsBackOff(t *testing.T) {
 		Client:            client,
 		Queue:             QueueConfig{Create: true},
 		VisibilityTimeout: 5 * time.Second,
-		Pipeline: transport.PipelineConfig{
+		Pipeline: receiver.Config{
 			ErrorBackoff:  20 * time.Millisecond,
 			MaxErrorDelay: 400 * time.Millisecond,
 		},

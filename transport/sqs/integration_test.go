@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -55,7 +56,7 @@ func receiveRaw(t *testing.T, api *awssqs.Client, url string, visibility int32) 
 	return out.Messages
 }
 
-func newTestSubscriber(t *testing.T, cfg SubscriberConfig) *transport.Subscriber {
+func newTestSubscriber(t *testing.T, cfg SubscriberConfig) *receiver.Subscriber {
 	t.Helper()
 	if cfg.Client.Endpoint == "" {
 		cfg.Client = clientConfig(t, nil)
@@ -170,7 +171,7 @@ func TestCloseReleasesPrefetched(t *testing.T) {
 	}
 	sub := newTestSubscriber(t, SubscriberConfig{
 		VisibilityTimeout: time.Minute,
-		Pipeline:          transport.PipelineConfig{Concurrency: 1, BufferSize: 8, DrainTimeout: time.Second},
+		Pipeline:          receiver.Config{Concurrency: 1, BufferSize: 8, DrainTimeout: time.Second},
 	})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {
@@ -216,7 +217,7 @@ func TestUndecodableGoesToDeadLetterQueue(t *testing.T) {
 	sendRaw(t, api, url, "poison", map[string]types.MessageAttributeValue{AttributeMetadata: strAttr("{not json")})
 	sendRaw(t, api, url, "good", nil)
 
-	sub := newTestSubscriber(t, SubscriberConfig{Queue: QueueConfig{DeadLetterQueue: dlqName}, Pipeline: transport.PipelineConfig{Concurrency: 1}})
+	sub := newTestSubscriber(t, SubscriberConfig{Queue: QueueConfig{DeadLetterQueue: dlqName}, Pipeline: receiver.Config{Concurrency: 1}})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)

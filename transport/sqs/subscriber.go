@@ -18,7 +18,7 @@ import (
 // use and cached.
 // SubscribeInitialize creates (with Queue.Create) and subscribes the queue
 // without consuming.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ type opener struct {
 	logger watermill.LoggerAdapter
 }
 
-func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*transport.Subscriber, error) {
+func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
@@ -54,10 +54,9 @@ func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermil
 		topics: newTopics(snsAPI, cfg.Queue),
 		logger: logger,
 	}
-	return transport.NewSubscriber(o.open, transport.SubscriberConfig{
-		Pipeline:    cfg.Pipeline,
-		NewReceiver: receiver.New,
-		Logger:      logger,
+	return receiver.NewSubscriber(o.open, receiver.SubscriberConfig{
+		Pipeline: cfg.Pipeline,
+		Logger:   logger,
 		Initialize: func(topic string) error {
 			_, _, err := o.prepare(context.Background(), topic)
 			return err

@@ -15,6 +15,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -139,7 +140,7 @@ func TestConfigValidate(t *testing.T) {
 		WaitTime:          time.Minute,
 		VisibilityTimeout: 13 * time.Hour,
 		Queue:             QueueConfig{MaximumMessageSize: 10},
-		Pipeline:          transport.PipelineConfig{Concurrency: -1},
+		Pipeline:          receiver.Config{Concurrency: -1},
 	}.Validate()
 	if !errors.Is(err, transport.ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)

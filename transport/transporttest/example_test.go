@@ -7,7 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/mem"
 	"github.com/berth-go/berth/transport/transporttest"
 )
@@ -19,7 +19,7 @@ func Example() {
 	broker := mem.NewBroker()
 	cfg := transporttest.Config{
 		Features: tests.Features{ConsumerGroups: true, Persistent: true},
-		NewPubSubWith: func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber) {
+		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			pub, _ := mem.NewPublisher(mem.PublisherConfig{Broker: broker}, nil)
 			sub, _ := mem.NewSubscriber(mem.SubscriberConfig{Broker: broker, Pipeline: p}, nil)
 			return pub, sub

@@ -2,14 +2,15 @@ package transporttest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -20,30 +21,34 @@ import (
 // (a ledger: zero lost; a poison message is dead-lettered). A listener that
 // was paused when its receiver faulted stays paused after the rebuild.
 //
-// The injector is process-wide: RunFaults must not run in parallel with
-// other tests of the same package. NewPubSubWith should give the transport
+// Faults are injected through decorators of the listener's own source and
+// logger (FaultySource, PanickingLogger), so the cases run in parallel with
+// each other and with other tests. NewPubSubWith should give the transport
 // a short lease or visibility timeout (a few seconds), because a message
 // whose settlement panicked is recovered by lease expiry.
 func RunFaults(t *testing.T, c Config) {
-	for _, p := range faults.Points {
-		t.Run(string(p), func(t *testing.T) { testFault(t, c, p) })
+	for _, p := range Points {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			testFault(t, c, p)
+		})
 	}
 }
 
 const poisonPayload = "poison"
 
-func testFault(t *testing.T, c Config, point faults.Point) {
-	if point == faults.DeadLetter && c.DeadLetters == nil {
+func testFault(t *testing.T, c Config, point Point) {
+	if point == AtDeadLetter && c.DeadLetters == nil {
 		t.Skip("transport exposes no dead-letter listing")
 	}
-	inj := faults.New().Panic(point, 1)
-	if point == faults.Log {
+	inj := NewFaults()
+	if point == AtLog {
 		// Something must log: make one ack fail, and its log line panic.
-		inj.Error(faults.Ack, errors.New("injected ack failure"), 1)
+		inj.Error(AtAck, 1)
 	}
 
 	const n = 20
-	cfg := transport.PipelineConfig{
+	cfg := receiver.Config{
 		Concurrency:   4,
 		BufferSize:    8,
 		CheckInterval: 300 * time.Millisecond,
@@ -53,7 +58,7 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 		DrainTimeout:  time.Second,
 	}
 	cfg.Wave.EmptyDelay = 20 * time.Millisecond
-	if point == faults.DeadLetter {
+	if point == AtDeadLetter {
 		cfg.MaxAttempts = 1
 	}
 	rec := &faultRecorder{}
@@ -64,21 +69,25 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 	initialize(t, sub, tp)
 	ids := publish(t, pub, tp, n)
 	var poison string
-	if point == faults.DeadLetter {
+	if point == AtDeadLetter {
 		m := message.NewMessage("poison-"+ids[0], []byte(poisonPayload))
 		poison = m.UUID
 		if err := pub.Publish(tp, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ch, cancel := subscribe(t, sub, tp)
+	ctx := subopt.With(context.Background(), subopt.Options{
+		WrapSource: func(src transport.Source) transport.Source { return FaultySource(src, inj) },
+		WrapLogger: func(l watermill.LoggerAdapter) watermill.LoggerAdapter { return PanickingLogger(l, inj) },
+	})
+	ch, cancel := subscribeCtx(t, ctx, sub, tp)
 	defer cancel()
 	l := listener(t, sub)
 	rec.attach(l)
 	// Inject only once the recorder can see the listener.
-	defer faults.Install(inj)()
+	inj.Panic(point, 1)
 
-	if point == faults.Release {
+	if point == AtRelease {
 		// Pause releases the buffer: the release panics, the receiver
 		// faults, and the rebuilt listener must stay paused.
 		eventually(t, "some messages buffered", func() bool { return l.State().Buffered > 0 })
@@ -109,7 +118,7 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 			case string(m.Payload) == poisonPayload:
 				m.Nack()
 				continue
-			case point == faults.Nack && m.Metadata.Get(transport.MetadataAttempt) == "1":
+			case point == AtNack && m.Metadata.Get(transport.MetadataAttempt) == "1":
 				m.Nack()
 				continue
 			}
@@ -160,7 +169,7 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 	if rec.rebuilds == 0 {
 		t.Fatal("no rebuild was observed")
 	}
-	if point == faults.Release && !rec.pausedAfterRebuild {
+	if point == AtRelease && !rec.pausedAfterRebuild {
 		t.Fatal("the rebuilt listener was not paused")
 	}
 	if poison != "" {
@@ -186,14 +195,14 @@ func testFault(t *testing.T, c Config, point faults.Point) {
 type faultRecorder struct {
 	transport.NopObserver
 	mu                 sync.Mutex
-	l                  *transport.Listener
+	l                  *receiver.Listener
 	faults             []string
 	reportedFaulted    bool
 	rebuilds           int
 	pausedAfterRebuild bool
 }
 
-func (r *faultRecorder) attach(l *transport.Listener) {
+func (r *faultRecorder) attach(l *receiver.Listener) {
 	r.mu.Lock()
 	r.l = l
 	r.mu.Unlock()

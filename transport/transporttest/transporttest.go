@@ -22,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -47,8 +48,8 @@ type Config struct {
 
 	// NewPubSubWith builds them with the given pipeline configuration
 	// (Berth's behaviours tune attempts, delays and limits). The subscriber
-	// must be a *transport.Subscriber (or wrap one and expose Listeners).
-	NewPubSubWith func(t *testing.T, p transport.PipelineConfig) (message.Publisher, message.Subscriber)
+	// must be a *receiver.Subscriber (or wrap one and expose Listeners).
+	NewPubSubWith func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber)
 
 	// DeadLetters lists the dead-lettered messages of topic.
 	DeadLetters func(t *testing.T, topic string) []DeadLetter
@@ -110,12 +111,17 @@ func publish(t *testing.T, pub message.Publisher, topic string, n int) []string 
 
 func subscribe(t *testing.T, sub message.Subscriber, topic string) (<-chan *message.Message, context.CancelFunc) {
 	t.Helper()
+	return subscribeCtx(t, context.Background(), sub, topic)
+}
+
+func subscribeCtx(t *testing.T, parent context.Context, sub message.Subscriber, topic string) (<-chan *message.Message, context.CancelFunc) {
+	t.Helper()
 	if si, ok := sub.(message.SubscribeInitializer); ok {
 		if err := si.SubscribeInitialize(topic); err != nil {
 			t.Fatalf("SubscribeInitialize: %v", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	ch, err := sub.Subscribe(ctx, topic)
 	if err != nil {
 		cancel()
@@ -160,13 +166,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func listener(t *testing.T, sub message.Subscriber) *transport.Listener {
+func listener(t *testing.T, sub message.Subscriber) *receiver.Listener {
 	t.Helper()
-	ls, ok := sub.(interface{ Listeners() []*transport.Listener })
+	ls, ok := sub.(interface{ Listeners() []*receiver.Listener })
 	if !ok {
 		t.Fatalf("subscriber %T does not expose Listeners()", sub)
 	}
-	var l *transport.Listener
+	var l *receiver.Listener
 	eventually(t, "one listener", func() bool {
 		all := ls.Listeners()
 		if len(all) == 1 {
@@ -178,7 +184,7 @@ func listener(t *testing.T, sub message.Subscriber) *transport.Listener {
 	return l
 }
 
-func fastRetry(p transport.PipelineConfig) transport.PipelineConfig {
+func fastRetry(p receiver.Config) receiver.Config {
 	p.RetryDelay = time.Millisecond
 	p.MaxRetryDelay = 10 * time.Millisecond
 	p.Wave.EmptyDelay = 20 * time.Millisecond
@@ -187,7 +193,7 @@ func fastRetry(p transport.PipelineConfig) transport.PipelineConfig {
 }
 
 func testNackRedelivers(t *testing.T, c Config) {
-	pub, sub := c.NewPubSubWith(t, fastRetry(transport.PipelineConfig{Concurrency: 1}))
+	pub, sub := c.NewPubSubWith(t, fastRetry(receiver.Config{Concurrency: 1}))
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
 	initialize(t, sub, tp)
@@ -215,7 +221,7 @@ func testDeadLetter(t *testing.T, c Config) {
 		t.Skip("transport exposes no dead-letter listing")
 	}
 	const maxAttempts = 3
-	pub, sub := c.NewPubSubWith(t, fastRetry(transport.PipelineConfig{Concurrency: 1, MaxAttempts: maxAttempts}))
+	pub, sub := c.NewPubSubWith(t, fastRetry(receiver.Config{Concurrency: 1, MaxAttempts: maxAttempts}))
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
 	initialize(t, sub, tp)
@@ -251,7 +257,7 @@ func testDeadLetter(t *testing.T, c Config) {
 
 func testCloseLosesNothing(t *testing.T, c Config) {
 	const n = 60
-	cfg := fastRetry(transport.PipelineConfig{Concurrency: 4, BufferSize: 8})
+	cfg := fastRetry(receiver.Config{Concurrency: 4, BufferSize: 8})
 	pub, sub := c.NewPubSubWith(t, cfg)
 	tp := topic(t)
 	initialize(t, sub, tp)
@@ -288,7 +294,7 @@ func testCloseLosesNothing(t *testing.T, c Config) {
 }
 
 func testQueueCountAndStatus(t *testing.T, c Config) {
-	cfg := fastRetry(transport.PipelineConfig{Concurrency: 2, BufferSize: 4})
+	cfg := fastRetry(receiver.Config{Concurrency: 2, BufferSize: 4})
 	pub, sub := c.NewPubSubWith(t, cfg)
 	defer closeAll(t, pub, sub)
 	tp := topic(t)
@@ -330,7 +336,7 @@ func testQueueCountAndStatus(t *testing.T, c Config) {
 
 func testUnackedLimit(t *testing.T, c Config) {
 	const limit = 3
-	cfg := fastRetry(transport.PipelineConfig{Concurrency: limit, BufferSize: 5})
+	cfg := fastRetry(receiver.Config{Concurrency: limit, BufferSize: 5})
 	pub, sub := c.NewPubSubWith(t, cfg)
 	defer closeAll(t, pub, sub)
 	tp := topic(t)

@@ -3,7 +3,7 @@
 // than arrivals, over a real transport, with the process's heap and RSS
 // sampled over time. It shows that a Berth listener, which counts what
 // batching holds in its QueueCount, keeps memory bounded, and — with the
-// benchmark-only switch benchmode.IgnoreBatchPending — how memory grows
+// benchmark-only switch subopt.Options.IgnoreBatchPending — how memory grows
 // when back-pressure cannot see the batching stage.
 //
 // Importing the package registers the scenario with internal/bench, for

@@ -15,7 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/batching"
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
@@ -73,7 +73,7 @@ func exactRun(t *testing.T, form Form, n int) float64 {
 	defer pub.Close()
 	sc := sqlqueue.SubscriberConfig{DB: db}
 	// Back-pressure out of the way: every message is held at once.
-	sc.Pipeline = transport.PipelineConfig{MaxQueue: 2 * n, MaxAttempts: -1, DrainTimeout: 2 * time.Second}
+	sc.Pipeline = receiver.Config{MaxQueue: 2 * n, MaxAttempts: -1, DrainTimeout: 2 * time.Second}
 	sub, err := sqlite.NewSubscriber(sqlite.SubscriberConfig{SubscriberConfig: sc}, nil)
 	if err != nil {
 		t.Fatal(err)

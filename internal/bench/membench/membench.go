@@ -21,7 +21,8 @@ import (
 
 	"github.com/berth-go/berth/batching"
 	"github.com/berth-go/berth/internal/bench"
-	"github.com/berth-go/berth/internal/benchmode"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -54,7 +55,7 @@ func init() {
 	bench.Register(bench.Scenario{
 		Name: ScenarioName,
 		Description: "200,000 messages of 4 KiB flood a batch handler 10× slower than arrivals over SQLite; " +
-			"heap and RSS over time with batch-pending accounting on, then off (benchmode.IgnoreBatchPending), " +
+			"heap and RSS over time with batch-pending accounting on, then off (subopt.Options.IgnoreBatchPending), " +
 			"under a Watermill router (a batching.Handler; a batching.Subscriber) and under batching.Consume",
 		Run: scenario,
 	})
@@ -85,11 +86,12 @@ type Config struct {
 	// (100).
 	BatchSize int
 	// MaxQueue and RestartQueue are the listener's back-pressure
-	// thresholds. Default to transport.DefaultMaxQueue (1000) and 70% of
+	// thresholds. Default to receiver.DefaultMaxQueue (1000) and 70% of
 	// MaxQueue.
 	MaxQueue     int
 	RestartQueue int
-	// IgnoreBatchPending sets benchmode.IgnoreBatchPending for the run:
+	// IgnoreBatchPending sets subopt.Options.IgnoreBatchPending on the
+	// run's Subscribe context:
 	// batch-pending messages are left out of QueueCount, as in a batching
 	// stage the listener cannot see. The run then ends as soon as the queue
 	// table has drained into memory, or at HeapCap. Defaults to false.
@@ -152,7 +154,7 @@ func (c Config) WithDefaults() Config {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.MaxQueue == 0 {
-		c.MaxQueue = transport.DefaultMaxQueue
+		c.MaxQueue = receiver.DefaultMaxQueue
 	}
 	if c.RestartQueue == 0 {
 		c.RestartQueue = c.MaxQueue * 7 / 10
@@ -219,7 +221,7 @@ func (c Config) Validate() error {
 // (MaxQueue + one wave) × 2 × PayloadSize + 64 MiB.
 func (c Config) TargetHeap() uint64 {
 	c = c.WithDefaults()
-	wave := transport.PipelineConfig{}.WithDefaults().Wave.Cap
+	wave := receiver.Config{}.WithDefaults().Wave.Cap
 	return uint64(c.MaxQueue+wave)*2*uint64(c.PayloadSize) + 64<<20
 }
 
@@ -318,8 +320,7 @@ type sample struct {
 // messages at a time, from one reused buffer, so the publisher holds
 // little), while the batch handler handles them cfg.SlowFactor times slower.
 //
-// Runs must not overlap: memory is measured process-wide and
-// benchmode.IgnoreBatchPending is a process-wide switch.
+// Runs must not overlap: memory is measured process-wide.
 func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return bench.Result{}, err
@@ -329,10 +330,8 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	strategy := StrategyAccountingOn
 	if cfg.IgnoreBatchPending {
 		strategy = StrategyAccountingOff
-		if !benchmode.IgnoreBatchPending.CompareAndSwap(false, true) {
-			return bench.Result{}, errors.New("membench: benchmode.IgnoreBatchPending already set: runs overlap")
-		}
-		defer benchmode.IgnoreBatchPending.Store(false)
+		// Only this run's listener leaves batch pending out of QueueCount.
+		ctx = subopt.With(ctx, subopt.Options{IgnoreBatchPending: true})
 	}
 
 	dir, err := os.MkdirTemp(cfg.Dir, "berth-membench-*")
@@ -353,7 +352,7 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	}
 	defer pub.Close()
 	sc := sqlqueue.SubscriberConfig{DB: db}
-	sc.Pipeline = transport.PipelineConfig{
+	sc.Pipeline = receiver.Config{
 		MaxQueue:     cfg.MaxQueue,
 		RestartQueue: cfg.RestartQueue,
 		MaxAttempts:  -1,
@@ -446,7 +445,7 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 		defer close(samplerDone)
 		t := time.NewTicker(cfg.SampleInterval)
 		defer t.Stop()
-		var l *transport.Listener
+		var l *receiver.Listener
 		for {
 			select {
 			case <-t.C:

@@ -8,7 +8,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
@@ -97,7 +97,7 @@ func berthStrategy() strategy {
 		newInstance: func(db *sql.DB, concurrency int) (instance, error) {
 			s, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
 				DB:       db,
-				Pipeline: transport.PipelineConfig{Concurrency: concurrency},
+				Pipeline: receiver.Config{Concurrency: concurrency},
 			}}, nil)
 			if err != nil {
 				return instance{}, err
@@ -181,7 +181,7 @@ func sqlServerBerthStrategy(schema string) strategy {
 		return sqlserver.NewSubscriber(sqlserver.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
 			DB:       db,
 			Tables:   tables,
-			Pipeline: transport.PipelineConfig{Concurrency: concurrency},
+			Pipeline: receiver.Config{Concurrency: concurrency},
 		}}, nil)
 	}
 	return strategy{

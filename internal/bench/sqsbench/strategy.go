@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqs"
 )
 
@@ -61,7 +61,7 @@ var Berth = Strategy{
 		return sqs.NewSubscriber(sqs.SubscriberConfig{
 			Client:   sqs.ClientConfig{AWS: &c.AWS, Endpoint: c.Endpoint},
 			Queue:    sqs.QueueConfig{Create: true},
-			Pipeline: transport.PipelineConfig{Concurrency: concurrency},
+			Pipeline: receiver.Config{Concurrency: concurrency},
 		}, nil)
 	},
 	Streams: func(int) int { return 1 },

@@ -1,4 +1,4 @@
-package transport
+package receiver
 
 import (
 	"errors"
@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/wave"
 )
 
-// Defaults of PipelineConfig, for fields left zero.
+// Defaults of Config, for fields left zero.
 const (
 	DefaultConcurrency   = 16
 	DefaultMaxAttempts   = 10
@@ -19,13 +20,14 @@ const (
 	DefaultCheckInterval = 250 * time.Millisecond
 	DefaultErrorBackoff  = 100 * time.Millisecond
 	DefaultMaxErrorDelay = 30 * time.Second
+	DefaultCloseGrace    = 5 * time.Second
 )
 
-// PipelineConfig configures the shared receive pipeline of every transport's
-// subscriber: the receive loop (waves, back-pressure, watchdog) and the
-// receiver stage (buffer, permits, retries). Each transport's
-// SubscriberConfig embeds it. The zero value is the defaults.
-type PipelineConfig struct {
+// Config configures the receive pipeline of every transport's subscriber:
+// the receive loop (waves, back-pressure, watchdog) and the stage (buffer,
+// permits, retries). Each transport's SubscriberConfig holds one as its
+// Pipeline. The zero value is the defaults.
+type Config struct {
 	// Concurrency is the maximum number of un-acked messages delivered to
 	// Watermill at once (the concurrency permits). Set 1 for strict order.
 	// Defaults to DefaultConcurrency (16). URL: concurrency.
@@ -48,10 +50,20 @@ type PipelineConfig struct {
 	RetryDelay    time.Duration
 	MaxRetryDelay time.Duration
 
-	// DrainTimeout is how long Close waits for in-flight messages to be
-	// acked or nacked before handing them back for redelivery. Defaults to
+	// DrainTimeout is how long a subscriber's Close waits for in-flight
+	// messages to be acked or nacked before handing them back for
+	// redelivery (Listener.Close takes a context instead). Defaults to
 	// DefaultDrainTimeout (10s). URL: drain_timeout.
 	DrainTimeout time.Duration
+
+	// CloseGrace bounds how long closing runs past its deadline (the
+	// context of Listener.Close, DrainTimeout for a subscriber's Close):
+	// the messages still in flight are handed back for redelivery within
+	// it, then Close returns an error wrapping the deadline's, whatever a
+	// broker or a consumer that stopped reading the channel still does.
+	// It is also the deadline of closing the source. Defaults to
+	// DefaultCloseGrace (5s). URL: close_grace.
+	CloseGrace time.Duration
 
 	// Wave configures the receive ramp (cap 64, empty delay 1s by default).
 	// URL: wave_cap, empty_delay.
@@ -77,20 +89,20 @@ type PipelineConfig struct {
 	ErrorBackoff  time.Duration
 	MaxErrorDelay time.Duration
 
-	// Clock drives waits of the receive loop; nil is the wall clock. For
-	// tests.
-	Clock Clock
+	// Clock drives the waits of the receive loop, the watchdog and lease
+	// renewal; nil is transport.WallClock. For tests.
+	Clock transport.Clock
 
 	// Observer receives pipeline events for metrics and traces; nil means
 	// none (NopObserver).
-	Observer Observer
+	Observer transport.Observer
 }
 
 // DefaultMaxQueue is the default back-pressure maximum.
 const DefaultMaxQueue = 1000
 
 // WithDefaults returns c with every zero field set to its default.
-func (c PipelineConfig) WithDefaults() PipelineConfig {
+func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -109,6 +121,9 @@ func (c PipelineConfig) WithDefaults() PipelineConfig {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.CloseGrace == 0 {
+		c.CloseGrace = DefaultCloseGrace
+	}
 	c.Wave = c.Wave.WithDefaults()
 	if c.MaxQueue == 0 {
 		c.MaxQueue = DefaultMaxQueue
@@ -126,17 +141,17 @@ func (c PipelineConfig) WithDefaults() PipelineConfig {
 		c.MaxErrorDelay = DefaultMaxErrorDelay
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = transport.WallClock
 	}
 	if c.Observer == nil {
-		c.Observer = NopObserver{}
+		c.Observer = transport.NopObserver{}
 	}
 	return c
 }
 
 // Validate reports every invalid field of c (after defaults) at once,
 // wrapped in ErrInvalidConfig.
-func (c PipelineConfig) Validate() error {
+func (c Config) Validate() error {
 	d := c.WithDefaults()
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -150,6 +165,9 @@ func (c PipelineConfig) Validate() error {
 	}
 	if d.DrainTimeout < 0 {
 		bad("DrainTimeout", "must be ≥ 0, got %s", c.DrainTimeout)
+	}
+	if d.CloseGrace < 0 {
+		bad("CloseGrace", "must be ≥ 0, got %s", c.CloseGrace)
 	}
 	if d.MaxRetryDelay < 0 {
 		bad("MaxRetryDelay", "must be ≥ 0, got %s", c.MaxRetryDelay)
@@ -170,16 +188,16 @@ func (c PipelineConfig) Validate() error {
 		bad("ErrorBackoff", "ErrorBackoff and MaxErrorDelay must be ≥ 0")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
 // ParseURL sets the fields named by URL query parameters (concurrency,
 // buffer, max_attempts, retry_delay, max_retry_delay, drain_timeout,
-// wave_cap, empty_delay, max_queue, restart_queue, check_interval). Problems
+// close_grace, wave_cap, empty_delay, max_queue, restart_queue, check_interval). Problems
 // are recorded in p.
-func (c *PipelineConfig) ParseURL(p *urlparam.Params) {
+func (c *Config) ParseURL(p *urlparam.Params) {
 	const maxInt = 1 << 30
 	c.Concurrency = p.Int("concurrency", c.Concurrency, 1, 1<<20)
 	c.BufferSize = p.Int("buffer", c.BufferSize, 1, 1<<24)
@@ -187,6 +205,7 @@ func (c *PipelineConfig) ParseURL(p *urlparam.Params) {
 	c.RetryDelay = p.Duration("retry_delay", c.RetryDelay, -1, 24*time.Hour)
 	c.MaxRetryDelay = p.Duration("max_retry_delay", c.MaxRetryDelay, 0, 24*time.Hour)
 	c.DrainTimeout = p.Duration("drain_timeout", c.DrainTimeout, 0, time.Hour)
+	c.CloseGrace = p.Duration("close_grace", c.CloseGrace, 0, time.Hour)
 	c.Wave.Cap = p.Int("wave_cap", c.Wave.Cap, 1, 1<<16)
 	c.Wave.EmptyDelay = p.Duration("empty_delay", c.Wave.EmptyDelay, -1, time.Hour)
 	c.MaxQueue = p.Int("max_queue", c.MaxQueue, 1, maxInt)
@@ -196,7 +215,7 @@ func (c *PipelineConfig) ParseURL(p *urlparam.Params) {
 
 // RetryDelayFor returns the redelivery delay after a nack of the given
 // 1-based attempt: RetryDelay × 2^(attempt-1), capped at MaxRetryDelay.
-func (c PipelineConfig) RetryDelayFor(attempt int) time.Duration {
+func (c Config) RetryDelayFor(attempt int) time.Duration {
 	c = c.WithDefaults()
 	if c.RetryDelay < 0 {
 		return 0
@@ -207,15 +226,3 @@ func (c PipelineConfig) RetryDelayFor(attempt int) time.Duration {
 	}
 	return min(d, c.MaxRetryDelay)
 }
-
-// Clock is the time source of the receive loop; tests inject a fake.
-type Clock interface {
-	Now() time.Time
-	// After returns a channel that receives after d.
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

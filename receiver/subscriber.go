@@ -1,4 +1,4 @@
-package transport
+package receiver
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/transport"
 )
 
 // SourceFactory opens the source for one Subscribe(ctx, topic) call.
-type SourceFactory func(ctx context.Context, topic string) (Source, error)
+type SourceFactory func(ctx context.Context, topic string) (transport.Source, error)
 
-// SubscriberConfig configures the generic subscriber every transport builds
-// on.
+// SubscriberConfig configures the Subscriber every transport builds on.
 type SubscriberConfig struct {
 	// Pipeline configures each listener's receive pipeline.
-	Pipeline PipelineConfig
-	// NewReceiver builds receiver stages (receiver.New). Required.
-	NewReceiver ReceiverFactory
+	Pipeline Config
 	// Logger; nil discards.
 	Logger watermill.LoggerAdapter
 	// Initialize, when set, is what SubscribeInitialize does (create the
@@ -28,9 +29,9 @@ type SubscriberConfig struct {
 	// Name, when set, names listeners as Name(topic). Defaults to the
 	// topic, or "topic/ConsumerGroup" with a consumer group.
 	Name func(topic string) string
-	// System is the transport's messaging.system (see Destination.System),
-	// reported by MessagingSystem and each listener's Destination.
-	// Defaults to "" (unknown).
+	// System is the transport's messaging.system (see
+	// transport.Destination.System), reported by MessagingSystem and each
+	// listener's Destination. Defaults to "" (unknown).
 	System string
 	// ConsumerGroup is the consumer group every listener consumes as, for
 	// Destination.ConsumerGroup and the default Name. Defaults to "" (none).
@@ -42,22 +43,24 @@ type SubscriberConfig struct {
 }
 
 // Subscriber is a Watermill message.Subscriber over a SourceFactory: each
-// Subscribe opens a source and runs a Listener over it.
+// Subscribe opens a source and runs a Listener over it. Every transport's
+// subscriber is one, built with one NewSubscriber call.
 type Subscriber struct {
 	open   SourceFactory
 	cfg    SubscriberConfig
+	pcfg   Config // cfg.Pipeline with defaults
 	logger watermill.LoggerAdapter
 
 	mu        sync.Mutex
-	listeners map[*Listener]Source
+	listeners map[*Listener]transport.Source
 	closed    bool
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // one per Subscribe whose listener is running
 }
 
 var (
 	_ message.Subscriber           = (*Subscriber)(nil)
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
-	_ StatefulSubscriber           = (*Subscriber)(nil)
+	_ transport.StatefulSubscriber = (*Subscriber)(nil)
 )
 
 // NewSubscriber validates cfg and returns a subscriber.
@@ -66,20 +69,18 @@ func NewSubscriber(open SourceFactory, cfg SubscriberConfig) (*Subscriber, error
 	if open == nil {
 		errs = append(errs, errors.New("open: a SourceFactory is required"))
 	}
-	if cfg.NewReceiver == nil {
-		errs = append(errs, errors.New("NewReceiver: required (use receiver.New)"))
-	}
 	if err := cfg.Pipeline.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Subscriber{open: open, cfg: cfg, logger: logger, listeners: map[*Listener]Source{}}, nil
+	return &Subscriber{open: open, cfg: cfg, pcfg: cfg.Pipeline.WithDefaults(), logger: logger,
+		listeners: map[*Listener]transport.Source{}}, nil
 }
 
 // Subscribe implements message.Subscriber. The channel is closed when ctx
@@ -88,7 +89,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	s.wg.Add(1) // held until the listener is gone
 	s.mu.Unlock()
@@ -103,7 +104,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.mu.Unlock()
 		s.stop(l, src)
 		s.wg.Done()
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	s.listeners[l] = src
 	s.mu.Unlock()
@@ -122,17 +123,19 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return l.Messages(), nil
 }
 
-func (s *Subscriber) start(ctx context.Context, topic string) (*Listener, Source, error) {
+func (s *Subscriber) start(ctx context.Context, topic string) (*Listener, transport.Source, error) {
 	src, err := s.open(ctx, topic)
 	if err != nil {
 		return nil, nil, err
+	}
+	if wrap := subopt.From(ctx).WrapSource; wrap != nil {
+		src = wrap(src)
 	}
 	l, err := NewListener(ListenerConfig{
 		Name:        s.listenerName(topic),
 		Destination: s.destination(topic),
 		Source:      src,
 		Pipeline:    s.cfg.Pipeline,
-		NewReceiver: s.cfg.NewReceiver,
 		Context:     ctx,
 		Logger:      s.logger,
 	})
@@ -159,8 +162,8 @@ func (s *Subscriber) listenerName(topic string) string {
 }
 
 // destination is what topic's listener consumes.
-func (s *Subscriber) destination(topic string) Destination {
-	d := Destination{System: s.cfg.System, Name: topic, ConsumerGroup: s.cfg.ConsumerGroup}
+func (s *Subscriber) destination(topic string) transport.Destination {
+	d := transport.Destination{System: s.cfg.System, Name: topic, ConsumerGroup: s.cfg.ConsumerGroup}
 	if s.cfg.DestinationName != nil {
 		d.Name = s.cfg.DestinationName(topic)
 	}
@@ -171,16 +174,22 @@ func (s *Subscriber) destination(topic string) Destination {
 // (SubscriberConfig.System), for package telemetry.
 func (s *Subscriber) MessagingSystem() string { return s.cfg.System }
 
-// stop closes a listener (draining) and then its source.
-func (s *Subscriber) stop(l *Listener, src Source) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.pcfg.DrainTimeout)
+// stop closes a listener, draining for up to DrainTimeout (and its
+// CloseGrace past that), then its source within CloseGrace.
+func (s *Subscriber) stop(l *Listener, src transport.Source) {
+	_ = s.closeListener(l)
+	ctx, cancel := context.WithTimeout(context.Background(), s.pcfg.CloseGrace)
 	defer cancel()
-	_ = l.Close(ctx)
-	cctx, ccancel := context.WithTimeout(context.Background(), l.pcfg.DrainTimeout)
-	defer ccancel()
-	if err := src.Close(cctx); err != nil {
-		s.logger.Error("closing source", err, watermill.LogFields{"listener": l.Name()})
+	if err := src.Close(ctx); err != nil {
+		guard.Do(func() { s.logger.Error("closing source", err, watermill.LogFields{"listener": l.Name()}) })
 	}
+}
+
+// closeListener closes l, draining for up to DrainTimeout.
+func (s *Subscriber) closeListener(l *Listener) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.pcfg.DrainTimeout)
+	defer cancel()
+	return l.Close(ctx)
 }
 
 // SubscribeInitialize implements message.SubscribeInitializer.
@@ -202,21 +211,25 @@ func (s *Subscriber) Listeners() []*Listener {
 	return ls
 }
 
-// ListenerStates returns a snapshot of every running listener (for the
-// health package).
-func (s *Subscriber) ListenerStates() []ListenerState {
+// ListenerStates implements transport.StateSource.
+func (s *Subscriber) ListenerStates() []transport.ListenerState {
 	ls := s.Listeners()
-	out := make([]ListenerState, len(ls))
+	out := make([]transport.ListenerState, len(ls))
 	for i, l := range ls {
 		out[i] = l.State()
 	}
 	return out
 }
 
-// Close implements message.Subscriber: every listener stops fetching,
-// releases what it prefetched, drains in-flight messages (up to
-// DrainTimeout), and closes its channel and source. Idempotent; waits.
-func (s *Subscriber) Close() error {
+// Shutdown closes the subscriber like http.Server.Shutdown: every listener
+// stops fetching, releases what it prefetched, and drains in-flight
+// messages until ctx is done; what is left is handed back for redelivery
+// within CloseGrace, and each listener's channel and source are closed.
+// It returns an error wrapping ctx.Err() when a listener handed messages
+// back unsettled, and returns at most CloseGrace past ctx (2 × CloseGrace
+// when a source is slow to close) even when a consumer stopped reading a
+// channel. Later calls wait for the listeners the first call closed.
+func (s *Subscriber) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	ls := make([]*Listener, 0, len(s.listeners))
@@ -224,17 +237,30 @@ func (s *Subscriber) Close() error {
 		ls = append(ls, l)
 	}
 	s.mu.Unlock()
-	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
 	for _, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), l.pcfg.DrainTimeout)
-			defer cancel()
-			_ = l.Close(ctx)
-		}()
+		go func() { errs <- l.Close(ctx) }()
 	}
-	wg.Wait()
-	s.wg.Wait()
+	var all []error
+	for range ls {
+		all = append(all, <-errs)
+	}
+	s.wg.Wait() // each listener's goroutine closes its source
+	return errors.Join(all...)
+}
+
+// Close implements message.Subscriber: Shutdown with a context that ends
+// after DrainTimeout. Messages handed back unsettled are logged, not
+// returned: handing them back is how closing a subscriber works (Watermill's
+// contract expects nil), and they are redelivered. Call Shutdown to learn
+// of them. Idempotent.
+func (s *Subscriber) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.pcfg.DrainTimeout)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		guard.Do(func() {
+			s.logger.Info("closed; in-flight messages handed back for redelivery", watermill.LogFields{"error": err.Error()})
+		})
+	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package transport
+package receiver
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -48,16 +49,18 @@ func (p *Pending) changed() {
 }
 
 // A Tracker links one delivered message back to the listener it came from.
-// Receivers attach one to every message's context; batching stages use it
+// The stage attaches one to every message's context; batching stages use it
 // through EnterBatch. Messages published in-process carry none.
 type Tracker struct {
 	pending *Pending
 	hooks   BatchHooks
 	state   atomic.Int32 // 0 delivered, 1 in a batch, 2 settled
 
-	// Set by NewMessageContext: the message context and its cancel.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// Set by NewMessageContext: the message context and its cancel, and
+	// whether Cancel is the only way it ends (its parent is never done).
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ownsDone bool
 
 	mu        sync.Mutex
 	drop      func() // JoinBatch's, until it runs or is stopped
@@ -81,57 +84,41 @@ type BatchHooks interface {
 	LeftBatch()
 }
 
-// NewTracker returns a tracker counting against pending. detach (may be nil)
-// is called once when the message enters a batch: the receiver frees the
-// message's concurrency permit, because the message now counts as batch
-// pending instead of in flight.
-func NewTracker(pending *Pending, detach func()) *Tracker {
-	t := &Tracker{pending: pending}
-	if detach != nil {
-		t.hooks = detachFunc(detach)
-	}
-	return t
-}
-
-// detachFunc adapts NewTracker's detach function to BatchHooks.
-type detachFunc func()
-
-func (f detachFunc) EnteredBatch() { f() }
-func (detachFunc) LeftBatch()      {}
-
 // NewMessageContext returns a message context for a delivered message: a
 // cancellable child of parent carrying a tracker counting against pending,
 // which calls hooks (may be nil). Cancel the context with the tracker's
 // Cancel: a batching stage that joined the message with JoinBatch then
 // learns it without a context.AfterFunc registration.
 func NewMessageContext(parent context.Context, pending *Pending, hooks BatchHooks) (context.Context, *Tracker) {
-	c := &trackerCtx{Context: parent, t: Tracker{pending: pending, hooks: hooks}}
+	c := &trackerCtx{parent: parent, t: Tracker{pending: pending, hooks: hooks}}
 	t := &c.t
+	t.ownsDone = parent.Done() == nil
 	t.ctx, t.cancel = context.WithCancel(c)
 	return t.ctx, t
 }
 
-// trackerCtx is WithTracker's context and the tracker in one allocation.
+// trackerCtx is the message context's parent, with the tracker as a value,
+// in one allocation. It adds nothing else to its parent.
 type trackerCtx struct {
-	context.Context
-	t Tracker
+	parent context.Context
+	t      Tracker
 }
+
+func (c *trackerCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *trackerCtx) Done() <-chan struct{}       { return c.parent.Done() }
+func (c *trackerCtx) Err() error                  { return c.parent.Err() }
 
 func (c *trackerCtx) Value(key any) any {
 	if key == (trackerKey{}) {
 		return &c.t
 	}
-	return c.Context.Value(key)
+	return c.parent.Value(key)
 }
 
 // Cancel cancels the context NewMessageContext returned and runs, in its
 // own goroutine, the drop function of the batching stage holding the
-// message, if any. Cancel may be called more than once. It does nothing for
-// a tracker NewTracker made.
+// message, if any. Cancel may be called more than once.
 func (t *Tracker) Cancel() {
-	if t.cancel == nil {
-		return
-	}
 	t.cancel()
 	t.mu.Lock()
 	drop := t.drop
@@ -144,10 +131,12 @@ func (t *Tracker) Cancel() {
 
 // watch registers drop to run when Cancel is called (at once, in its own
 // goroutine, if it already was). It reports false, registering nothing, if
-// ctx may be done without Cancel (a context derived from the message
-// context, with its own cancellation) or a drop is already registered.
+// ctx may be done without Cancel (the message context's parent can be
+// cancelled, or ctx is derived from the message context with a
+// cancellation of its own: its Done channel is not the message context's)
+// or a drop is already registered.
 func (t *Tracker) watch(ctx context.Context, drop func()) bool {
-	if t.cancel == nil || ctx.Done() != t.ctx.Done() {
+	if !t.ownsDone || ctx.Done() != t.ctx.Done() {
 		return false
 	}
 	t.mu.Lock()
@@ -178,11 +167,6 @@ func (t *Tracker) stopDrop() bool {
 }
 
 type trackerKey struct{}
-
-// WithTracker returns ctx carrying t.
-func WithTracker(ctx context.Context, t *Tracker) context.Context {
-	return context.WithValue(ctx, trackerKey{}, t)
-}
 
 // TrackerFrom returns the tracker in ctx, or nil.
 func TrackerFrom(ctx context.Context) *Tracker {

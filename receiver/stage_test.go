@@ -2,6 +2,7 @@ package receiver_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -9,13 +10,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // gateSource loses the lease of deliveries whose ID is "lost" and records
 // every settlement.
@@ -74,10 +72,10 @@ func (s *gateSource) DeadLetter(_ context.Context, d *transport.Delivery, _ *mes
 }
 func (s *gateSource) Close(context.Context) error { return nil }
 
-func start(t *testing.T, src transport.Source, p transport.PipelineConfig) (transport.Receiver, chan *message.Message) {
+func start(t *testing.T, src transport.Source, p receiver.Config) (receiver.Stage, chan *message.Message) {
 	t.Helper()
 	out := make(chan *message.Message)
-	r, err := receiver.New(transport.ReceiverParams{Source: src, Config: p, Out: out})
+	r, err := receiver.NewStage(receiver.StageParams{Source: src, Config: p, Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +100,7 @@ func recv(t *testing.T, out chan *message.Message) *message.Message {
 
 func TestLeaseLostNeverReachesUserCode(t *testing.T) {
 	src := newGateSource()
-	r, out := start(t, src, transport.PipelineConfig{Concurrency: 1})
+	r, out := start(t, src, receiver.Config{Concurrency: 1})
 	r.Push([]*transport.Delivery{{ID: "lost", Raw: "a"}, {ID: "kept", Raw: "b"}})
 	m := recv(t, out)
 	if m.UUID != "kept" {
@@ -113,7 +111,7 @@ func TestLeaseLostNeverReachesUserCode(t *testing.T) {
 
 func TestRawDroppedAfterMapping(t *testing.T) {
 	src := newGateSource()
-	r, out := start(t, src, transport.PipelineConfig{Concurrency: 1})
+	r, out := start(t, src, receiver.Config{Concurrency: 1})
 	r.Push([]*transport.Delivery{{ID: "m", Raw: "payload"}})
 	m := recv(t, out)
 	src.mu.Lock()
@@ -130,7 +128,7 @@ func TestRawDroppedAfterMapping(t *testing.T) {
 
 func TestNackRetriesWithBackoffThenDeadLetters(t *testing.T) {
 	src := newGateSource()
-	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, MaxAttempts: 3, RetryDelay: 100 * time.Millisecond})
+	r, out := start(t, src, receiver.Config{Concurrency: 2, MaxAttempts: 3, RetryDelay: 100 * time.Millisecond})
 	r.Push([]*transport.Delivery{{ID: "a", Attempt: 1, Raw: "x"}, {ID: "b", Attempt: 2, Raw: "x"}})
 	for range 2 {
 		recv(t, out).Nack()
@@ -154,7 +152,7 @@ func TestNackRetriesWithBackoffThenDeadLetters(t *testing.T) {
 func TestCloseReleasesBufferAndHandsBackInFlight(t *testing.T) {
 	src := newGateSource()
 	out := make(chan *message.Message)
-	r, err := receiver.New(transport.ReceiverParams{Source: src, Config: transport.PipelineConfig{Concurrency: 1}, Out: out})
+	r, err := receiver.NewStage(receiver.StageParams{Source: src, Config: receiver.Config{Concurrency: 1}, Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +160,10 @@ func TestCloseReleasesBufferAndHandsBackInFlight(t *testing.T) {
 	m := recv(t, out) // held, never acked
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := r.Close(ctx); err != nil {
-		t.Fatal(err)
+	// Close gave messages back unsettled: it says so, like
+	// http.Server.Shutdown.
+	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want an error wrapping context.DeadlineExceeded", err)
 	}
 	select {
 	case <-m.Context().Done():
@@ -218,8 +218,8 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	src := newGateSource()
 	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}, settles: map[string]transport.SettleOp{}}
 	out := make(chan *message.Message)
-	r, err := receiver.New(transport.ReceiverParams{Source: src, Out: out, Name: "orders",
-		Config: transport.PipelineConfig{Concurrency: 1, MaxAttempts: 2, Observer: obs}})
+	r, err := receiver.NewStage(receiver.StageParams{Source: src, Out: out, Name: "orders",
+		Config: receiver.Config{Concurrency: 1, MaxAttempts: 2, Observer: obs}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestBatchedMessagesHoldNoGoroutine(t *testing.T) {
 	const n = 40
 	src := newGateSource()
 	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
-	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, Observer: obs})
+	r, out := start(t, src, receiver.Config{Concurrency: 2, Observer: obs})
 	before := runtime.NumGoroutine()
 	ds := make([]*transport.Delivery, n)
 	for i := range ds {
@@ -290,12 +290,12 @@ func TestBatchedMessagesHoldNoGoroutine(t *testing.T) {
 	stops := make([]func() bool, n)
 	for i := range msgs {
 		msgs[i] = recv(t, out)
-		settles[i], stops[i] = transport.JoinBatch(msgs[i], func() { t.Errorf("message %d dropped", i) })
+		settles[i], stops[i] = receiver.JoinBatch(msgs[i], func() { t.Errorf("message %d dropped", i) })
 	}
 	waitFor(t, "the process goroutines to exit", func() bool {
 		return r.InFlight() == 0 && runtime.NumGoroutine() < before+n/4
 	})
-	if h := r.(*receiver.Receiver).Holding(); h != n {
+	if h := r.Holding(); h != n {
 		t.Fatalf("holding %d, want %d", h, n)
 	}
 	for i, m := range msgs {
@@ -326,20 +326,22 @@ func TestCloseHandsBackBatchedMessages(t *testing.T) {
 	src := newGateSource()
 	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
 	out := make(chan *message.Message)
-	r, err := receiver.New(transport.ReceiverParams{Source: src, Out: out,
-		Config: transport.PipelineConfig{Concurrency: 1, Observer: obs}})
+	r, err := receiver.NewStage(receiver.StageParams{Source: src, Out: out,
+		Config: receiver.Config{Concurrency: 1, Observer: obs}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Push([]*transport.Delivery{{ID: "held", Raw: "x"}})
 	m := recv(t, out)
 	dropped := make(chan struct{})
-	settle, _ := transport.JoinBatch(m, func() { close(dropped) })
+	settle, _ := receiver.JoinBatch(m, func() { close(dropped) })
 	waitFor(t, "the permit to be freed", func() bool { return r.InFlight() == 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := r.Close(ctx); err != nil {
-		t.Fatal(err)
+	// Close gave messages back unsettled: it says so, like
+	// http.Server.Shutdown.
+	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want an error wrapping context.DeadlineExceeded", err)
 	}
 	select {
 	case <-dropped:
@@ -362,16 +364,16 @@ func TestCloseHandsBackBatchedMessages(t *testing.T) {
 	}
 }
 
-// The reason recorded with transport.SetNackReason follows the attempt
+// The reason recorded with receiver.SetNackReason follows the attempt
 // count in the dead-letter reason; a nack that is retried keeps none.
 func TestDeadLetterReasonFromHandler(t *testing.T) {
 	src := newGateSource()
-	r, out := start(t, src, transport.PipelineConfig{Concurrency: 2, MaxAttempts: 2, RetryDelay: -1})
+	r, out := start(t, src, receiver.Config{Concurrency: 2, MaxAttempts: 2, RetryDelay: -1})
 	// Begin counts the attempt: "last" is on its 2nd of 2, "retried" on its 1st.
 	r.Push([]*transport.Delivery{{ID: "last", Attempt: 1, Raw: "x"}, {ID: "retried", Raw: "x"}})
 	for range 2 {
 		m := recv(t, out)
-		if !transport.SetNackReason(m, "order "+m.UUID+": card declined") {
+		if !receiver.SetNackReason(m, "order "+m.UUID+": card declined") {
 			t.Fatal("SetNackReason on a delivered message reported false")
 		}
 		m.Nack()

@@ -1,4 +1,4 @@
-package transport_test
+package receiver_test
 
 import (
 	"context"
@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/receiver"
 )
 
 // hookCounter records BatchHooks calls in order.
@@ -20,9 +19,9 @@ type hookCounter struct {
 func (h *hookCounter) EnteredBatch() { h.entered.Add(1); h.order = append(h.order, "entered") }
 func (h *hookCounter) LeftBatch()    { h.left.Add(1); h.order = append(h.order, "left") }
 
-func trackedMessage(p *transport.Pending, hooks transport.BatchHooks) (*message.Message, *transport.Tracker) {
+func trackedMessage(p *receiver.Pending, hooks receiver.BatchHooks) (*message.Message, *receiver.Tracker) {
 	m := message.NewMessage("m", nil)
-	ctx, t := transport.NewMessageContext(context.Background(), p, hooks)
+	ctx, t := receiver.NewMessageContext(context.Background(), p, hooks)
 	m.SetContext(ctx)
 	return m, t
 }
@@ -40,10 +39,10 @@ func waitSignal(t *testing.T, ch <-chan struct{}, what string) {
 // The hooks see the message enter and leave its batch once each, leaving
 // after the count was settled.
 func TestBatchHooksOncePerMember(t *testing.T) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	h := &hookCounter{}
 	m, _ := trackedMessage(p, h)
-	settle, stop := transport.JoinBatch(m, func() { t.Error("dropped") })
+	settle, stop := receiver.JoinBatch(m, func() { t.Error("dropped") })
 	if h.entered.Load() != 1 || p.Load() != 1 {
 		t.Fatalf("entered %d, pending %d; want 1, 1", h.entered.Load(), p.Load())
 	}
@@ -63,10 +62,10 @@ func TestBatchHooksOncePerMember(t *testing.T) {
 // The tracker's Cancel cancels the message context and drops the member,
 // once; a stopped drop never runs.
 func TestJoinBatchDropOnCancel(t *testing.T) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	m, tr := trackedMessage(p, nil)
 	dropped := make(chan struct{})
-	settle, _ := transport.JoinBatch(m, func() { close(dropped) })
+	settle, _ := receiver.JoinBatch(m, func() { close(dropped) })
 	tr.Cancel()
 	tr.Cancel()
 	waitSignal(t, dropped, "drop after Cancel")
@@ -76,7 +75,7 @@ func TestJoinBatchDropOnCancel(t *testing.T) {
 	settle()
 
 	m2, tr2 := trackedMessage(p, nil)
-	_, stop := transport.JoinBatch(m2, func() { t.Error("stopped drop ran") })
+	_, stop := receiver.JoinBatch(m2, func() { t.Error("stopped drop ran") })
 	if !stop() {
 		t.Fatal("stop reported false before Cancel")
 	}
@@ -85,10 +84,10 @@ func TestJoinBatchDropOnCancel(t *testing.T) {
 
 // A member joining with its context already cancelled is dropped at once.
 func TestJoinBatchAlreadyCancelled(t *testing.T) {
-	m, tr := trackedMessage(transport.NewPending(nil), nil)
+	m, tr := trackedMessage(receiver.NewPending(nil), nil)
 	tr.Cancel()
 	dropped := make(chan struct{})
-	settle, _ := transport.JoinBatch(m, func() { close(dropped) })
+	settle, _ := receiver.JoinBatch(m, func() { close(dropped) })
 	waitSignal(t, dropped, "drop of a cancelled message")
 	settle()
 }
@@ -97,12 +96,12 @@ func TestJoinBatchAlreadyCancelled(t *testing.T) {
 // router Timeout middleware) drops the member when it ends; so does the
 // cancellable context of a message without a tracker.
 func TestJoinBatchDerivedAndLocalContexts(t *testing.T) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	m, tr := trackedMessage(p, nil)
 	ctx, cancel := context.WithCancel(m.Context())
 	m.SetContext(ctx)
 	dropped := make(chan struct{})
-	settle, _ := transport.JoinBatch(m, func() { close(dropped) })
+	settle, _ := receiver.JoinBatch(m, func() { close(dropped) })
 	cancel()
 	waitSignal(t, dropped, "drop on the derived context")
 	settle()
@@ -112,12 +111,12 @@ func TestJoinBatchDerivedAndLocalContexts(t *testing.T) {
 	lctx, lcancel := context.WithCancel(context.Background())
 	local.SetContext(lctx)
 	ldropped := make(chan struct{})
-	lsettle, _ := transport.JoinBatch(local, func() { close(ldropped) })
+	lsettle, _ := receiver.JoinBatch(local, func() { close(ldropped) })
 	lcancel()
 	waitSignal(t, ldropped, "drop of a local message")
 	lsettle()
 
 	never := message.NewMessage("never", nil)
-	_, nstop := transport.JoinBatch(never, func() { t.Error("drop ran for a context that is never done") })
+	_, nstop := receiver.JoinBatch(never, func() { t.Error("drop ran for a context that is never done") })
 	nstop()
 }

@@ -1,4 +1,4 @@
-package transport_test
+package receiver_test
 
 import (
 	"context"
@@ -89,7 +89,7 @@ type sizedSource struct{ *fakeSource }
 
 func (s sizedSource) MaxClaim() int { return s.maxClaim }
 
-func newListener(t *testing.T, src transport.Source, p transport.PipelineConfig) *transport.Listener {
+func newListener(t *testing.T, src transport.Source, p receiver.Config) *receiver.Listener {
 	t.Helper()
 	if p.Wave.EmptyDelay == 0 {
 		p.Wave.EmptyDelay = 5 * time.Millisecond
@@ -97,7 +97,7 @@ func newListener(t *testing.T, src transport.Source, p transport.PipelineConfig)
 	if p.DrainTimeout == 0 {
 		p.DrainTimeout = 200 * time.Millisecond
 	}
-	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, Pipeline: p, NewReceiver: receiver.New})
+	l, err := receiver.NewListener(receiver.ListenerConfig{Name: "t", Source: src, Pipeline: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // full, and never asks for more than the free buffer.
 func TestListenerRampsAndRespectsFreeSpace(t *testing.T) {
 	src := &fakeSource{available: 1000}
-	l := newListener(t, src, transport.PipelineConfig{Concurrency: 1, BufferSize: 40})
+	l := newListener(t, src, receiver.Config{Concurrency: 1, BufferSize: 40})
 	// Nobody reads: the buffer fills to 40, one more is held by the permit.
 	eventually(t, "buffer full", func() bool { return l.State().Buffered == 40 })
 	log := src.claimLog()
@@ -147,7 +147,7 @@ func TestListenerRampsAndRespectsFreeSpace(t *testing.T) {
 // buffer still holds a full request's worth.
 func TestListenerWaveOfSizedClaims(t *testing.T) {
 	src := sizedSource{&fakeSource{available: 1000, maxClaim: 10}}
-	l := newListener(t, src, transport.PipelineConfig{Concurrency: 1, BufferSize: 100})
+	l := newListener(t, src, receiver.Config{Concurrency: 1, BufferSize: 100})
 	eventually(t, "buffer nearly full", func() bool { return l.State().Buffered >= 90 })
 	for _, c := range src.claimLog() {
 		if c != 10 {
@@ -161,7 +161,7 @@ func TestListenerWaveOfSizedClaims(t *testing.T) {
 func TestListenerReceiveErrors(t *testing.T) {
 	missing := errors.Join(transport.ErrQueueNotFound, errors.New("no such table"))
 	src := &fakeSource{errs: []error{errors.New("boom"), missing, missing}}
-	l := newListener(t, src, transport.PipelineConfig{ErrorBackoff: time.Millisecond, MaxErrorDelay: 50 * time.Millisecond})
+	l := newListener(t, src, receiver.Config{ErrorBackoff: time.Millisecond, MaxErrorDelay: 50 * time.Millisecond})
 	eventually(t, "queue missing reported", func() bool {
 		s := l.State()
 		return s.QueueMissing && s.ConsecutiveFailures >= 2
@@ -177,13 +177,13 @@ func TestListenerReceiveErrors(t *testing.T) {
 // restart threshold.
 func TestListenerBackPressureSeesBatching(t *testing.T) {
 	src := &fakeSource{available: 500}
-	l := newListener(t, src, transport.PipelineConfig{Concurrency: 4, BufferSize: 4, MaxQueue: 20, RestartQueue: 10})
+	l := newListener(t, src, receiver.Config{Concurrency: 4, BufferSize: 4, MaxQueue: 20, RestartQueue: 10})
 	var held []func()
 	var msgs []*message.Message
 	for len(msgs) < 30 {
 		select {
 		case m := <-l.Messages():
-			held = append(held, transport.EnterBatch(m)) // frees the permit
+			held = append(held, receiver.EnterBatch(m)) // frees the permit
 			msgs = append(msgs, m)
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -226,21 +226,22 @@ func TestListenerBackPressureSeesBatching(t *testing.T) {
 // A message published in-process (no tracker) never counts.
 func TestEnterBatchIgnoresLocalMessages(t *testing.T) {
 	m := message.NewMessage("local", nil)
-	settle := transport.EnterBatch(m)
+	settle := receiver.EnterBatch(m)
 	settle()
 }
 
 // Pending settles exactly once per member and clamps at zero.
 func TestPendingSettleOnceAndClamp(t *testing.T) {
-	p := transport.NewPending(nil)
+	p := receiver.NewPending(nil)
 	mk := func() *message.Message {
 		m := message.NewMessage("m", nil)
-		m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
+		ctx, _ := receiver.NewMessageContext(context.Background(), p, nil)
+		m.SetContext(ctx)
 		return m
 	}
 	a, b := mk(), mk()
-	sa, sb := transport.EnterBatch(a), transport.EnterBatch(b)
-	if again := transport.EnterBatch(a); p.Load() != 2 {
+	sa, sb := receiver.EnterBatch(a), receiver.EnterBatch(b)
+	if again := receiver.EnterBatch(a); p.Load() != 2 {
 		t.Fatalf("pending = %d, want 2", p.Load())
 	} else {
 		again() // no-op: a already entered
@@ -263,21 +264,21 @@ func TestStartRebuildsFaultedReceiver(t *testing.T) {
 	var built int
 	var mu sync.Mutex
 	var recvs []*faultable
-	factory := func(p transport.ReceiverParams) (transport.Receiver, error) {
-		r, err := receiver.New(p)
+	factory := func(newStage func() (receiver.Pipe, error)) (receiver.Pipe, error) {
+		r, err := newStage()
 		if err != nil {
 			return nil, err
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		built++
-		f := &faultable{Receiver: r}
+		f := &faultable{Pipe: r, done: make(chan struct{})}
 		recvs = append(recvs, f)
 		return f, nil
 	}
 	// A long check interval: only Start may rebuild in this test.
-	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, NewReceiver: factory,
-		Pipeline: transport.PipelineConfig{CheckInterval: time.Hour, DrainTimeout: 100 * time.Millisecond}})
+	l, err := receiver.NewListenerWith(receiver.ListenerConfig{Name: "t", Source: src,
+		Pipeline: receiver.Config{CheckInterval: time.Hour, DrainTimeout: 100 * time.Millisecond}}, factory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +308,9 @@ func TestStartRebuildsFaultedReceiver(t *testing.T) {
 }
 
 type faultable struct {
-	transport.Receiver
+	receiver.Pipe
+	done  chan struct{} // closed by Close
+	once  sync.Once
 	fault atomicFault
 }
 
@@ -319,11 +322,21 @@ type atomicFault struct {
 func (a *atomicFault) Store(f *transport.Fault) { a.mu.Lock(); a.f = f; a.mu.Unlock() }
 func (a *atomicFault) Load() *transport.Fault   { a.mu.Lock(); defer a.mu.Unlock(); return a.f }
 
+// Close closes the stage, then Done.
+func (f *faultable) Close(ctx context.Context) error {
+	err := f.Pipe.Close(ctx)
+	f.once.Do(func() { close(f.done) })
+	return err
+}
+
+// Done is closed when Close has finished.
+func (f *faultable) Done() <-chan struct{} { return f.done }
+
 func (f *faultable) Fault() *transport.Fault {
 	if x := f.fault.Load(); x != nil {
 		return x
 	}
-	return f.Receiver.Fault()
+	return f.Pipe.Fault()
 }
 
 // zombie accepts deliveries and never hands them on: the receive loop
@@ -365,17 +378,17 @@ func TestWatchdogRebuildsZombieReceiver(t *testing.T) {
 	src := &fakeSource{available: 5}
 	var built int
 	var mu sync.Mutex
-	factory := func(p transport.ReceiverParams) (transport.Receiver, error) {
+	factory := func(newStage func() (receiver.Pipe, error)) (receiver.Pipe, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		built++
 		if built == 1 {
 			return &zombie{done: make(chan struct{}), src: src}, nil
 		}
-		return receiver.New(p)
+		return newStage()
 	}
-	l, err := transport.NewListener(transport.ListenerConfig{Name: "t", Source: src, NewReceiver: factory,
-		Pipeline: transport.PipelineConfig{CheckInterval: 10 * time.Millisecond, DrainTimeout: 100 * time.Millisecond}})
+	l, err := receiver.NewListenerWith(receiver.ListenerConfig{Name: "t", Source: src,
+		Pipeline: receiver.Config{CheckInterval: 10 * time.Millisecond, DrainTimeout: 100 * time.Millisecond}}, factory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,12 +415,6 @@ func TestWatchdogRebuildsZombieReceiver(t *testing.T) {
 	if src.released == 0 {
 		t.Fatal("the zombie's deliveries were not released")
 	}
-}
-
-func newTrackedMessage(p *transport.Pending) *message.Message {
-	m := message.NewMessage("m", nil)
-	m.SetContext(transport.WithTracker(context.Background(), transport.NewTracker(p, nil)))
-	return m
 }
 
 // bindingObserver records what ForListener is given; its bound observer
@@ -459,10 +466,10 @@ func (b boundObserver) Settled(_ string, op transport.SettleOp, _ *message.Messa
 func TestSubscriberBindsObserver(t *testing.T) {
 	src := &fakeSource{available: 1}
 	obs := &bindingObserver{}
-	p := transport.PipelineConfig{Observer: obs, DrainTimeout: time.Second}
+	p := receiver.Config{Observer: obs, DrainTimeout: time.Second}
 	p.Wave.EmptyDelay = 5 * time.Millisecond
-	sub, err := transport.NewSubscriber(func(context.Context, string) (transport.Source, error) { return src, nil },
-		transport.SubscriberConfig{Pipeline: p, NewReceiver: receiver.New, System: "test.system", ConsumerGroup: "billing"})
+	sub, err := receiver.NewSubscriber(func(context.Context, string) (transport.Source, error) { return src, nil },
+		receiver.SubscriberConfig{Pipeline: p, System: "test.system", ConsumerGroup: "billing"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +510,7 @@ func TestSubscriberBindsObserver(t *testing.T) {
 // A ForListener that panics leaves the observer itself in place.
 func TestListenerObserverPanicIgnored(t *testing.T) {
 	obs := &bindingObserver{panics: true}
-	l := newListener(t, &fakeSource{}, transport.PipelineConfig{Observer: obs})
+	l := newListener(t, &fakeSource{}, receiver.Config{Observer: obs})
 	if d := l.Destination(); d.Name != "t" {
 		t.Errorf("Destination().Name = %q, want the listener name t", d.Name)
 	}

@@ -1,0 +1,203 @@
+package receiver
+
+import (
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/transport"
+)
+
+// A flight is one delivered message from delivery to settlement. Exactly one
+// party settles it: the goroutine that takes it (take, takeBatched) acks,
+// nacks or hands it back, then ends it.
+//
+// A goroutine watches a flight for its ack or nack, except while a batch
+// holds the message: when it enters a batch (EnteredBatch), its permit is
+// freed and the process goroutine exits, since a batch may hold a message far
+// longer than a permit and a parked goroutine costs more than the message's
+// metadata; when the batch ends (LeftBatch), an await goroutine watches for
+// the ack or nack that follows. Close hands back the flights batches hold
+// itself. A flight counts in stage.workers until it ends, so Close waits for
+// it either way.
+type flight struct {
+	r       *stage
+	d       *transport.Delivery
+	msg     *message.Message
+	tracker *Tracker                // its Cancel cancels the message context
+	finish  func(transport.Outcome) // the observer's, or nil
+	wake    chan struct{}           // closed when the message enters a batch
+
+	mu      sync.Mutex
+	permit  bool // the concurrency permit is still held
+	batched bool // a batch holds the message: nobody watches it
+	taken   bool // a party settles or hands back the message
+	ended   bool
+}
+
+// newFlight builds the message context of a gated delivery and records the
+// flight as held (its lease is renewed from now on).
+func (r *stage) newFlight(d *transport.Delivery, msg *message.Message) *flight {
+	f := &flight{r: r, d: d, msg: msg, wake: make(chan struct{}), permit: true}
+	msgCtx, tracker := NewMessageContext(r.base, r.pending, f)
+	f.tracker = tracker
+	r.observe(func(o transport.Observer) { msgCtx, f.finish = o.Delivering(msgCtx, r.name, msg) })
+	msg.SetContext(msgCtx)
+	r.mu.Lock()
+	r.holding[d] = f
+	r.mu.Unlock()
+	return f
+}
+
+// take claims a flight no batch holds; it reports false when another party
+// has it.
+func (f *flight) take() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok := !f.taken && !f.batched
+	f.taken = f.taken || ok
+	return ok
+}
+
+// takeBatched claims a flight a batch holds, to hand it back.
+func (f *flight) takeBatched() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok := !f.taken && f.batched
+	f.taken = f.taken || ok
+	return ok
+}
+
+// watch waits for the message's ack or nack, for Close to give up, or for
+// the message to enter a batch (wake; nil for the await goroutine), and
+// settles it if it can take it.
+func (f *flight) watch(wake <-chan struct{}) {
+	r := f.r
+	taken := false
+	defer func() {
+		if p := recover(); p != nil {
+			r.recordFault("process", guard.PanicError(p))
+			if taken {
+				f.tracker.Cancel()
+				f.end(transport.OutcomeAbandoned)
+			}
+		}
+	}()
+	var (
+		outcome transport.Outcome
+		entered bool
+	)
+	select {
+	case <-f.msg.Acked():
+		outcome = transport.OutcomeAcked
+	case <-f.msg.Nacked():
+		outcome = transport.OutcomeNacked
+	case <-r.abandon:
+		outcome = transport.OutcomeAbandoned
+	case <-wake:
+		entered = true
+	}
+	if taken = !entered && f.take(); !taken {
+		// A batch holds it. If Close walked the batched flights before this
+		// one entered its batch, hand it back here.
+		if taken = r.abandoned.Load() && f.takeBatched(); taken {
+			f.handBack()
+		}
+		return
+	}
+	f.tracker.Cancel()
+	switch outcome {
+	case transport.OutcomeAcked:
+		r.complete(f.d, f.msg)
+	case transport.OutcomeNacked:
+		outcome = r.nack(f.d, f.msg, f.tracker.NackReason())
+	default:
+		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
+		r.retry(f.d, f.msg, 0)
+	}
+	f.end(outcome)
+}
+
+// undelivered hands back a flight user code never saw (the stage stopped
+// before the channel took it).
+func (f *flight) undelivered() {
+	f.take()
+	f.tracker.Cancel()
+	f.r.retry(f.d, f.msg, 0)
+	f.end(transport.OutcomeAbandoned)
+}
+
+// handBack settles a batched flight the stage gives up on (Close's deadline
+// passed): its context is cancelled, so the batch discards it, and it is
+// handed back for redelivery.
+func (f *flight) handBack() {
+	f.tracker.Cancel()
+	f.r.logDebug("closing: batched message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
+	f.r.retry(f.d, f.msg, 0)
+	f.end(transport.OutcomeAbandoned)
+}
+
+// end reports the outcome, forgets the flight and frees what it held. Only
+// the party that took the flight calls it; a second call (after a panic
+// inside the first) does nothing.
+func (f *flight) end(outcome transport.Outcome) {
+	f.mu.Lock()
+	ended := f.ended
+	f.ended = true
+	f.mu.Unlock()
+	if ended {
+		return
+	}
+	r := f.r
+	if f.finish != nil {
+		r.observe(func(transport.Observer) { f.finish(outcome) })
+	}
+	r.mu.Lock()
+	delete(r.holding, f.d)
+	r.mu.Unlock()
+	f.freePermit()
+	r.workers.Done()
+}
+
+func (f *flight) freePermit() {
+	f.mu.Lock()
+	held := f.permit
+	f.permit = false
+	f.mu.Unlock()
+	if held {
+		f.r.freePermit()
+	}
+}
+
+// EnteredBatch implements BatchHooks: the permit is freed and the process
+// goroutine let go.
+func (f *flight) EnteredBatch() {
+	f.freePermit()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.taken && !f.batched {
+		f.batched = true
+		close(f.wake)
+	}
+}
+
+// LeftBatch implements BatchHooks: an await goroutine watches for the ack or
+// nack that follows.
+func (f *flight) LeftBatch() {
+	f.mu.Lock()
+	rejoin := f.batched && !f.taken
+	f.batched = false
+	f.mu.Unlock()
+	if rejoin {
+		go f.watch(nil) // counted in workers until f ends
+	}
+}
+
+// freePermit returns one concurrency permit.
+func (r *stage) freePermit() {
+	r.inflight.Add(-1)
+	<-r.permits
+	r.changed()
+}

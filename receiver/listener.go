@@ -1,0 +1,340 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/internal/subopt"
+	"github.com/berth-go/berth/internal/wait"
+	"github.com/berth-go/berth/transport"
+)
+
+// ListenerConfig is what NewListener needs.
+type ListenerConfig struct {
+	// Name identifies the listener (topic, and consumer group if any).
+	Name string
+	// Destination is what the listener consumes, for observers and
+	// ListenerState. Its Name defaults to Name.
+	Destination transport.Destination
+	// Source to receive from. The listener does not close it.
+	Source transport.Source
+	// Pipeline configuration; defaults applied by NewListener.
+	Pipeline Config
+	// Context carries values into every message's context (its
+	// cancellation is ignored; use Close).
+	Context context.Context
+	// Logger; nil discards.
+	Logger watermill.LoggerAdapter
+}
+
+// A Listener runs one receive loop over one source: it claims waves of
+// deliveries sized by the wave controller (loop.go), hands them to its
+// stage (stage.go), applies back-pressure on QueueCount (backpressure.go),
+// and watches its stage: a faulted or stalled stage is disposed of and
+// rebuilt (watchdog.go). It owns the Watermill channel that Messages
+// returns.
+type Listener struct {
+	cfg       ListenerConfig
+	pcfg      Config
+	logger    watermill.LoggerAdapter
+	newPipe   func(stageParams) (pipe, error) // newStage; tests substitute
+	out       *outbox
+	pending   *Pending
+	claimSize int
+	wakeCh    <-chan struct{}
+	hinter    transport.WakeHinter
+	loopKick  chan struct{}
+	checkKick chan struct{}
+	stopCh    chan struct{}
+	// ignorePending leaves batch-pending messages out of QueueCount
+	// (subopt.Options.IgnoreBatchPending; benchmarks only).
+	ignorePending bool
+
+	started    atomic.Bool
+	startOnce  sync.Once
+	closeOnce  sync.Once
+	closeErr   error
+	closed     chan struct{}
+	goroutines sync.WaitGroup // the loop and the watchdog
+	disposals  sync.WaitGroup // stages being closed after a rebuild
+	startedAt  time.Time
+
+	rebuilds    atomic.Int64
+	waveSize    atomic.Int64
+	loopState   atomic.Int32
+	failures    atomic.Int64
+	queueGone   atomic.Bool
+	lastReceive atomic.Int64 // unix nanos
+	loopFault   atomic.Pointer[transport.Fault]
+
+	mu        sync.Mutex
+	recv      pipe
+	paused    bool
+	latched   bool
+	lastErr   string
+	lastFault *transport.Fault // kept after a rebuild for reporting
+}
+
+// NewListener validates cfg and returns a stopped listener.
+func NewListener(cfg ListenerConfig) (*Listener, error) {
+	var errs []error
+	if cfg.Source == nil {
+		errs = append(errs, errors.New("Source: required"))
+	}
+	if err := cfg.Pipeline.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
+	if cfg.Destination.Name == "" {
+		cfg.Destination.Name = cfg.Name
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	opts := subopt.From(cfg.Context)
+	if opts.WrapLogger != nil {
+		cfg.Logger = opts.WrapLogger(cfg.Logger)
+	}
+	l := &Listener{
+		cfg:           cfg,
+		pcfg:          cfg.Pipeline.WithDefaults(),
+		logger:        cfg.Logger,
+		newPipe:       newStage,
+		out:           newOutbox(),
+		loopKick:      make(chan struct{}, 1),
+		checkKick:     make(chan struct{}, 1),
+		stopCh:        make(chan struct{}),
+		closed:        make(chan struct{}),
+		ignorePending: opts.IgnoreBatchPending,
+	}
+	l.pcfg.Observer = bindObserver(l.pcfg.Observer, cfg.Name, cfg.Destination)
+	l.pending = NewPending(l.kick)
+	if cs, ok := cfg.Source.(transport.ClaimSizer); ok && cs.MaxClaim() > 0 {
+		l.claimSize = cs.MaxClaim()
+	}
+	if w, ok := cfg.Source.(transport.Waker); ok {
+		l.wakeCh = w.Wake()
+	}
+	if h, ok := cfg.Source.(transport.WakeHinter); ok {
+		l.hinter = h
+	}
+	return l, nil
+}
+
+// bindObserver returns the observer a ListenerObserver binds to one
+// listener, or obs itself (also when binding panics).
+func bindObserver(obs transport.Observer, name string, d transport.Destination) transport.Observer {
+	bound := obs
+	if lo, ok := obs.(transport.ListenerObserver); ok {
+		guard.Do(func() {
+			if b := lo.ForListener(name, d); b != nil {
+				bound = b
+			}
+		})
+	}
+	return bound
+}
+
+// Messages returns the Watermill channel; it is closed by Close.
+func (l *Listener) Messages() <-chan *message.Message { return l.out.ch }
+
+// Name returns the listener's name.
+func (l *Listener) Name() string { return l.cfg.Name }
+
+// Destination returns what the listener consumes.
+func (l *Listener) Destination() transport.Destination { return l.cfg.Destination }
+
+// kick tells the loop and the watchdog that counts or state changed.
+func (l *Listener) kick() {
+	select {
+	case l.loopKick <- struct{}{}:
+	default:
+	}
+	select {
+	case l.checkKick <- struct{}{}:
+	default:
+	}
+}
+
+// Start builds the stage and starts the receive loop and the watchdog.
+// Starting a listener whose stage has faulted disposes of that stage and
+// builds a new one. Start after Close returns transport.ErrClosed.
+func (l *Listener) Start() error {
+	select {
+	case <-l.closed:
+		return transport.ErrClosed
+	default:
+	}
+	var err error
+	l.startOnce.Do(func() {
+		l.startedAt = time.Now()
+		if err = l.replaceStage(false); err != nil {
+			return
+		}
+		l.started.Store(true)
+		l.loopState.Store(int32(transport.LoopRunning))
+		l.goroutines.Add(2)
+		go l.loop()
+		go l.watchdog()
+	})
+	if err != nil {
+		return err
+	}
+	if l.HasFaulted() {
+		return l.replaceStage(true)
+	}
+	return nil
+}
+
+// replaceStage disposes of the current stage (if any) in the background and
+// installs a new one.
+func (l *Listener) replaceStage(rebuild bool) error {
+	nr, err := l.newPipe(stageParams{
+		Source:   l.cfg.Source,
+		Config:   l.pcfg,
+		Out:      l.out,
+		Context:  l.cfg.Context,
+		Pending:  l.pending,
+		OnChange: l.kick,
+		Logger:   l.logger,
+		Name:     l.cfg.Name,
+	})
+	if err != nil {
+		return fmt.Errorf("berth: building receiver: %w", err)
+	}
+	l.mu.Lock()
+	if l.stopping() {
+		l.mu.Unlock()
+		_ = nr.Close(context.Background())
+		return transport.ErrClosed
+	}
+	old := l.recv
+	if old != nil {
+		if f := old.Fault(); f != nil {
+			l.lastFault = f
+		}
+	}
+	if f := l.loopFault.Swap(nil); f != nil {
+		l.lastFault = f
+	}
+	l.recv = nr
+	l.mu.Unlock()
+	if rebuild {
+		l.rebuilds.Add(1)
+		l.observe(func(o transport.Observer) { o.Rebuilt(l.cfg.Name) })
+	}
+	if old != nil {
+		l.disposals.Add(1)
+		go func() {
+			defer l.disposals.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), l.pcfg.DrainTimeout)
+			defer cancel()
+			_ = old.Close(ctx)
+		}()
+	}
+	l.kick()
+	return nil
+}
+
+// Rebuild disposes of the current stage and builds a new one, whatever its
+// state. The watchdog calls it for faulted stages.
+func (l *Listener) Rebuild() error {
+	if !l.started.Load() {
+		return errors.New("berth: listener not started")
+	}
+	return l.replaceStage(true)
+}
+
+// Pause stops fetching and releases every prefetched delivery back to the
+// broker. The listener stays paused, whatever back-pressure or the watchdog
+// do, until Resume.
+func (l *Listener) Pause(ctx context.Context) error {
+	l.mu.Lock()
+	l.paused = true
+	r := l.recv
+	l.mu.Unlock()
+	l.kick()
+	if r != nil {
+		return r.ReleaseBuffered(ctx)
+	}
+	return nil
+}
+
+// Resume undoes Pause.
+func (l *Listener) Resume() {
+	l.mu.Lock()
+	l.paused = false
+	l.mu.Unlock()
+	l.kick()
+}
+
+// current returns the stage installed now.
+func (l *Listener) current() pipe {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.recv
+}
+
+func (l *Listener) stopping() bool {
+	select {
+	case <-l.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// observe calls the observer; a panicking observer is ignored.
+func (l *Listener) observe(fn func(transport.Observer)) {
+	guard.Do(func() { fn(l.pcfg.Observer) })
+}
+
+// logError logs; a panicking logger is ignored (the loop and the watchdog
+// have no stage to fault).
+func (l *Listener) logError(msg string, err error, fields watermill.LogFields) {
+	guard.Do(func() { l.logger.Error(msg, err, fields) })
+}
+
+// Close stops the loop and the watchdog, closes the stage (buffered
+// deliveries released at once, in-flight ones drained until ctx is done)
+// and closes the Messages channel. Like http.Server.Shutdown, it returns
+// an error wrapping ctx.Err() when ctx ended before every in-flight message
+// was settled: those were handed back for redelivery, within at most
+// Config.CloseGrace past ctx. It is idempotent; later calls wait for the
+// first and return its result.
+func (l *Listener) Close(ctx context.Context) error {
+	l.closeOnce.Do(func() {
+		close(l.stopCh)
+		l.goroutines.Wait()
+		var errs []error
+		if r := l.current(); r != nil {
+			errs = append(errs, r.Close(ctx))
+		}
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.pcfg.CloseGrace)
+		if err := wait.Group(grace, &l.disposals); err != nil {
+			errs = append(errs, fmt.Errorf("berth: closing: rebuilt receivers still closing: %w", err))
+		}
+		cancel()
+		l.closeErr = errors.Join(errs...)
+		l.out.close()
+		close(l.closed)
+	})
+	<-l.closed
+	return l.closeErr
+}
+
+// Closed is closed when Close has finished.
+func (l *Listener) Closed() <-chan struct{} { return l.closed }

@@ -1,0 +1,253 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/berth-go/berth/internal/backoff"
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/wave"
+)
+
+// wakeHoldoffBase is the first delay before answering a wake-up after one
+// whose claim came back empty.
+const wakeHoldoffBase = 5 * time.Millisecond
+
+// loop is the receive loop: it claims waves sized by the wave controller
+// into the stage's free space, backs off after errors, and sleeps out empty
+// delays (ending them early on a wake-up from the source).
+func (l *Listener) loop() {
+	defer l.goroutines.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			// The loop must not die silently: record the fault first (the
+			// listener reports faulted and stops fetching until the watchdog
+			// rebuilds), then restart the loop, then try to log.
+			l.recordLoopFault("receive", fmt.Errorf("panic: %v", p))
+			if !l.stopping() {
+				l.goroutines.Add(1)
+				go l.loop()
+			}
+			l.logError("receive loop panicked; restarted, waiting for the watchdog", fmt.Errorf("%v\n%s", p, debug.Stack()), nil)
+		}
+	}()
+	ctrl, err := wave.New(l.pcfg.Wave, l.pcfg.Clock)
+	if err != nil { // validated already
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	errBackoff := backoff.Policy{Base: l.pcfg.ErrorBackoff, Max: l.pcfg.MaxErrorDelay}
+	var (
+		errCeiling time.Duration // the last error delay, before jitter
+		woken      bool          // this wave answers a wake-up
+		holdoff    time.Duration // how long to sit on the next wake-up
+	)
+	for !l.stopping() {
+		r, ok := l.evaluate()
+		if !ok {
+			if !l.wait(l.pcfg.CheckInterval) {
+				return
+			}
+			continue
+		}
+		free := r.Free()
+		if l.claimSize > 0 && free < l.claimSize && r.Buffered() >= l.claimSize {
+			// A partial request would cost as much as a full one; the
+			// buffer has work enough until a full request fits.
+			free = 0
+		}
+		n := ctrl.Next(free)
+		if n == 0 {
+			if !l.wait(l.pcfg.CheckInterval) {
+				return
+			}
+			continue
+		}
+		l.waveSize.Store(int64(n))
+		launched, found, claimed, err := l.claimWave(ctx, r, n, free)
+		l.observe(func(o transport.Observer) { o.WaveDone(l.cfg.Name, launched, found, claimed, err) })
+		if err != nil {
+			if l.stopping() {
+				return
+			}
+			l.failures.Add(1)
+			l.queueGone.Store(errors.Is(err, transport.ErrQueueNotFound))
+			l.mu.Lock()
+			l.lastErr = err.Error()
+			l.mu.Unlock()
+			var delay time.Duration
+			delay, errCeiling = errBackoff.Next(errCeiling)
+			l.loopState.Store(int32(transport.LoopBackingOff))
+			l.logError("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": delay})
+			ctrl.Reset()
+			if !l.wait(delay) {
+				return
+			}
+			continue
+		}
+		errCeiling = 0
+		l.failures.Store(0)
+		l.queueGone.Store(false)
+		l.lastReceive.Store(time.Now().UnixNano())
+		l.loopState.Store(int32(transport.LoopRunning))
+		if woken {
+			// Adapt to the wake-ups this loop loses: when many instances
+			// hear the same wake-up, the ones whose claims keep coming back
+			// empty answer later and later (up to the empty delay), so the
+			// winners take the batch and the losers stop spending claims.
+			if found == 0 {
+				holdoff = min(max(2*holdoff, wakeHoldoffBase), max(l.pcfg.Wave.EmptyDelay, wakeHoldoffBase))
+			} else if holdoff /= 2; holdoff < wakeHoldoffBase {
+				// Winning a race shortens the holdoff gradually, so an
+				// instance that wins now and then does not rejoin every race.
+				holdoff = 0
+			}
+			woken = false
+		}
+		if delay := ctrl.Observe(launched, found); delay > 0 {
+			ok, w := l.waitEmpty(delay, holdoff)
+			if !ok {
+				return
+			}
+			woken = w
+			if w && l.hinter != nil {
+				ctrl.Hint(l.hinter.TakeWakeHint())
+			}
+		}
+	}
+}
+
+// wait blocks until d passes, a kick (a count or state change), or stop.
+// It reports false on stop.
+func (l *Listener) wait(d time.Duration) bool {
+	select {
+	case <-l.pcfg.Clock.After(d):
+	case <-l.loopKick:
+	case <-l.stopCh:
+		return false
+	}
+	return true
+}
+
+// waitEmpty waits out the empty delay after an empty wave. It returns early
+// on a wake-up from the source (after holdoff, jittered) and reports whether
+// it was woken; counting changes (acks) do not end it. It reports false on
+// stop.
+func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
+	select {
+	case <-l.pcfg.Clock.After(d):
+		return true, false
+	case <-l.wakeCh:
+	case <-l.stopCh:
+		return false, false
+	}
+	// Answer after a jittered delay: instances that all heard the same
+	// wake-up then claim one after another instead of splitting the rows
+	// between simultaneous claims, so the first takes the batch and the
+	// others learn to hold off.
+	d = rand.N(wakeHoldoffBase)
+	if holdoff > 0 {
+		d = holdoff/2 + rand.N(holdoff/2+1)
+	}
+	select {
+	case <-l.pcfg.Clock.After(d):
+	case <-l.stopCh:
+		return false, false
+	}
+	return true, true
+}
+
+// claimWave launches one wave of n probes and pushes what they claim.
+func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched, found, claimed int, err error) {
+	if l.claimSize == 0 {
+		ds, err := l.claim(ctx, n)
+		if err != nil {
+			return n, 0, 0, err
+		}
+		r.Push(ds)
+		return n, len(ds), len(ds), nil
+	}
+	// One Claim per probe, run concurrently, each pushed as it returns. Ask
+	// in full-size requests only: no more probes than full requests fit in
+	// the free space (one smaller request when not even one fits).
+	n = min(n, max(1, free/l.claimSize))
+	per := min(l.claimSize, free)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		errs   []error
+		hits   int
+		budget = free
+	)
+	for i := 0; i < n && budget > 0; i++ {
+		m := min(per, budget)
+		budget -= m
+		launched++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds, err := l.claim(ctx, m)
+			if len(ds) > 0 {
+				l.current().Push(ds) // the stage installed now releases them if it stopped
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			claimed += len(ds)
+			if err != nil {
+				errs = append(errs, err)
+			} else if len(ds) >= m {
+				hits++ // a probe finds its message when the call comes back full
+			}
+		}()
+	}
+	wg.Wait()
+	if claimed == 0 && len(errs) > 0 {
+		return launched, 0, claimed, errors.Join(errs...)
+	}
+	return launched, hits, claimed, nil
+}
+
+// claim makes one Claim call on the source and reports it to the observer,
+// unless the listener's own stop cut it short. A Claim that panics records
+// a receive fault (the watchdog rebuilds) and counts as a failed call.
+func (l *Listener) claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	start := time.Now()
+	var (
+		ds  []*transport.Delivery
+		err error
+	)
+	if p := guard.Call(func() { ds, err = l.cfg.Source.Claim(ctx, max) }); p != nil {
+		l.recordLoopFault("receive", p)
+		return nil, p
+	}
+	if err == nil || !l.stopping() {
+		l.observe(func(o transport.Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
+	}
+	return ds, err
+}
+
+// recordLoopFault records a fault of the receive loop (the first one wins
+// until the watchdog rebuilds) and tells the observer.
+func (l *Listener) recordLoopFault(stage string, cause error) {
+	f := &transport.Fault{Stage: stage, Cause: cause, At: time.Now()}
+	if l.loopFault.CompareAndSwap(nil, f) {
+		l.observe(func(o transport.Observer) { o.Faulted(l.cfg.Name, f) })
+	}
+	l.kick()
+}

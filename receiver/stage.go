@@ -1,0 +1,276 @@
+package receiver
+
+import (
+	"time"
+
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/transport"
+)
+
+// A pipe is what a listener drives: the stage between its receive loop and
+// Watermill. The listener uses one pipe until it faults or closes, then
+// builds a new one; *stage is the implementation (tests substitute others).
+type pipe interface {
+	// Push hands claimed deliveries to the stage. It never blocks; the loop
+	// claims no more than Free reported.
+	Push(ds []*transport.Delivery)
+	// Free is the number of deliveries the buffer can still take.
+	Free() int
+	// Buffered is the number of deliveries waiting for a permit.
+	Buffered() int
+	// InFlight is the number of deliveries being gated, delivered or
+	// settled (each holds a permit).
+	InFlight() int
+	// Dispatched counts the deliveries taken from the buffer so far; the
+	// watchdog uses it to spot a stage that accepts deliveries but no
+	// longer dispatches them.
+	Dispatched() int64
+	// Fault returns the terminal fault, or nil while the stage is healthy.
+	Fault() *transport.Fault
+	// ReleaseBuffered hands every buffered (never delivered) delivery back
+	// to the broker at once, with no attempt counted.
+	ReleaseBuffered(ctx context.Context) error
+	// Close stops the stage (see stage.Close). It is idempotent and waits.
+	Close(ctx context.Context) error
+}
+
+// stageParams is what a listener gives a new stage.
+type stageParams struct {
+	Source   transport.Source
+	Config   Config // with defaults applied
+	Out      *outbox
+	Context  context.Context // values for every message's context
+	Pending  *Pending
+	OnChange func() // called, without blocking, when counts change
+	Logger   watermill.LoggerAdapter
+	Name     string // the listener's, for observer events
+}
+
+// A stage is the receive stage: a bounded buffer of claimed deliveries, the
+// concurrency permits, the lease gate, delivery on the Subscribe channel and
+// settlement. Its files: dispatch.go (buffer to message), flight.go (a
+// delivered message until it is settled), settle.go (calls to the source),
+// renew.go (lease renewal), close.go (closing and handing back).
+type stage struct {
+	src      transport.Source
+	renewer  transport.Renewer // nil when the source has no leases to renew
+	cfg      Config
+	out      *outbox
+	base     context.Context
+	pending  *Pending
+	onChange func()
+	logger   watermill.LoggerAdapter
+	name     string
+
+	permits chan struct{}
+
+	mu      sync.Mutex
+	buf     []*transport.Delivery
+	holding map[*transport.Delivery]*flight // gated, unsettled (renewed)
+	closed  bool
+	avail   chan struct{} // cap 1: the buffer got an item
+
+	inflight   atomic.Int64
+	dispatched atomic.Int64
+	fault      atomic.Pointer[transport.Fault]
+
+	// settleCtx is the parent of every settlement call. Close cancels it
+	// once its grace has passed, so nothing it handed back outlives it.
+	settleCtx    context.Context
+	settleCancel context.CancelFunc
+
+	stop      chan struct{} // closed by Close or a fault: no new deliveries
+	stopOnce  sync.Once
+	abandon   chan struct{} // closed when Close gives up waiting
+	abandoned atomic.Bool   // set just before abandon is closed
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	workers   sync.WaitGroup // dispatcher, processes and flights
+	renewStop chan struct{}  // closed once every worker has exited
+	renewWG   sync.WaitGroup
+}
+
+// newStage builds and starts a stage.
+func newStage(p stageParams) (pipe, error) {
+	if p.Source == nil {
+		return nil, fmt.Errorf("%w: Source: required", transport.ErrInvalidConfig)
+	}
+	if p.Out == nil {
+		return nil, fmt.Errorf("%w: Out: required", transport.ErrInvalidConfig)
+	}
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := p.Config.WithDefaults()
+	base := p.Context
+	if base == nil {
+		base = context.Background()
+	}
+	logger := p.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	pending := p.Pending
+	if pending == nil {
+		pending = NewPending(nil)
+	}
+	r := &stage{
+		src:       p.Source,
+		cfg:       cfg,
+		out:       p.Out,
+		base:      context.WithoutCancel(base),
+		pending:   pending,
+		onChange:  p.OnChange,
+		logger:    logger,
+		name:      p.Name,
+		permits:   make(chan struct{}, cfg.Concurrency),
+		holding:   map[*transport.Delivery]*flight{},
+		avail:     make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		abandon:   make(chan struct{}),
+		done:      make(chan struct{}),
+		renewStop: make(chan struct{}),
+	}
+	r.settleCtx, r.settleCancel = context.WithCancel(context.Background())
+	if rn, ok := p.Source.(transport.Renewer); ok && rn.RenewInterval() > 0 {
+		r.renewer = rn
+	}
+	r.workers.Add(1)
+	go r.dispatch()
+	if r.renewer != nil {
+		r.renewWG.Add(1)
+		go r.renew()
+	}
+	return r, nil
+}
+
+// Push implements pipe. Deliveries pushed after the stage stopped are
+// released to the broker at once.
+func (r *stage) Push(ds []*transport.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	r.mu.Lock()
+	if r.closed || r.isStopped() {
+		r.mu.Unlock()
+		r.release(ds)
+		return
+	}
+	r.buf = append(r.buf, ds...)
+	r.mu.Unlock()
+	select {
+	case r.avail <- struct{}{}:
+	default:
+	}
+	r.changed()
+}
+
+// Free implements pipe.
+func (r *stage) Free() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0
+	}
+	return max(r.cfg.BufferSize-len(r.buf), 0)
+}
+
+// Buffered implements pipe.
+func (r *stage) Buffered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.buf)
+}
+
+// InFlight implements pipe.
+func (r *stage) InFlight() int { return int(r.inflight.Load()) }
+
+// Dispatched implements pipe.
+func (r *stage) Dispatched() int64 { return r.dispatched.Load() }
+
+// Fault implements pipe.
+func (r *stage) Fault() *transport.Fault { return r.fault.Load() }
+
+// holdingCount returns the deliveries user code holds (gated and not yet
+// settled).
+func (r *stage) holdingCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.holding)
+}
+
+func (r *stage) isStopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *stage) isFaulted() bool { return r.fault.Load() != nil }
+
+func (r *stage) changed() {
+	if r.onChange != nil {
+		r.onChange()
+	}
+}
+
+// recordFault marks the stage faulted (first fault wins) and stops it from
+// taking new work. It records before it logs: logging may fail too.
+func (r *stage) recordFault(stage string, cause error) {
+	if r.markFaulted(stage, cause) {
+		r.logError("receiver faulted", cause, watermill.LogFields{"stage": stage})
+	}
+}
+
+// markFaulted records the fault (first one wins), stops the stage and tells
+// the listener and the observer, without logging. It reports whether this
+// fault was the first.
+func (r *stage) markFaulted(stage string, cause error) bool {
+	f := &transport.Fault{Stage: stage, Cause: cause, At: time.Now()}
+	if !r.fault.CompareAndSwap(nil, f) {
+		return false
+	}
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.changed()
+	r.observe(func(o transport.Observer) { o.Faulted(r.name, f) })
+	return true
+}
+
+// observe calls the observer; a panicking observer is ignored.
+func (r *stage) observe(fn func(transport.Observer)) {
+	guard.Do(func() { fn(r.cfg.Observer) })
+}
+
+// guarded runs fn, turning a panic into a recorded fault and an error.
+func (r *stage) guarded(stage string, fn func() error) error {
+	var err error
+	if p := guard.Call(func() { err = fn() }); p != nil {
+		r.recordFault(stage, p)
+		return p
+	}
+	return err
+}
+
+// logError and logDebug never let a failing logger take a stage down; a
+// panic inside them is recorded as a "log" fault (but not logged again).
+func (r *stage) logError(msg string, err error, fields watermill.LogFields) {
+	if p := guard.Call(func() { r.logger.Error(msg, err, fields) }); p != nil {
+		r.markFaulted("log", p)
+	}
+}
+
+func (r *stage) logDebug(msg string, fields watermill.LogFields) {
+	if p := guard.Call(func() { r.logger.Debug(msg, fields) }); p != nil {
+		r.markFaulted("log", p)
+	}
+}
