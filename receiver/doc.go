@@ -1,7 +1,18 @@
-// Package receiver is the shared receive stage between a listener's receive
-// loop and Watermill: a bounded buffer of claimed deliveries, concurrency
-// permits, the lease gate, delivery on the Subscribe channel, and
-// settlement.
+// Package receiver is Berth's whole receive pipeline, shared by every
+// transport: a transport supplies a transport.Source and builds its
+// Watermill subscriber with one NewSubscriber call over a source factory;
+// each Subscribe runs a [Listener] over a fresh source.
+//
+// # Files
+//
+// The listener (listener.go) runs the receive loop (loop.go): waves sized by
+// package wave, never more than the stage's free space, error backoff,
+// empty delays ended early by a source's wake-ups. Back-pressure
+// (backpressure.go) latches above MaxQueue; the watchdog (watchdog.go)
+// applies it on every count change, detects a stalled stage and rebuilds a
+// faulted one; state.go reports it all. The stage (stage.go) is what the
+// listener drives: dispatch.go, flight.go, settle.go, renew.go, close.go.
+// pending.go and nackreason.go are what batching stages and handlers call.
 //
 // # Data path
 //
@@ -13,9 +24,9 @@
 // into metadata; the message goes out on the channel; its Ack completes it,
 // its Nack retries it after an exponential delay, or dead-letters it once
 // MaxAttempts is reached, with the reason the handler recorded
-// (transport.SetNackReason, transport.DeadLetterReason) after the attempt
-// count. A message that enters a batching stage
-// (transport.EnterBatch, transport.JoinBatch) frees its permit and its
+// ([SetNackReason], [DeadLetterReason]) after the attempt count. A message
+// that enters a batching stage ([EnterBatch], [JoinBatch]) frees its permit
+// and its
 // goroutine while the batch holds it: nothing watches it until the stage
 // settles it at the end of its batch, when a goroutine waits for the ack or
 // nack that follows. A batch may hold thousands of messages; a parked
@@ -23,17 +34,21 @@
 //
 // # Faults
 //
-// Every goroutine runs under a recover guard and every settlement and
-// logging path is guarded too. A panic anywhere records a terminal fault
-// (atomically, before any logging), stops the stage from taking new work,
-// and hands what it held back to the broker; the listener's watchdog then
-// disposes of the receiver and builds a new one.
+// Every goroutine runs under a recover guard and every settlement, logger
+// and observer call is guarded too (internal/guard). A panic in the source
+// or the logger records a terminal fault (atomically, before any logging),
+// stops the stage from taking new work, and hands what it held back to the
+// broker; the listener's watchdog then disposes of the stage and builds a
+// new one. A panicking observer is ignored.
 //
 // # Closing
 //
-// Close releases buffered deliveries at once, lets in-flight messages be
-// settled until its context is done, then hands the rest back for
-// redelivery, those a batch holds included: their contexts are cancelled,
-// so the batch discards them. Settlement never uses an already cancelled
-// context.
+// [Listener.Close] and [Subscriber.Shutdown] work like
+// http.Server.Shutdown: buffered deliveries are released at once, in-flight
+// messages may be settled until the context is done; then the rest are
+// handed back for redelivery, those a batch holds included (their contexts
+// are cancelled, so the batch discards them), and Close returns an error
+// wrapping the context's. Handing back runs at most [Config.CloseGrace] past
+// the context, whatever the broker or a consumer that stopped reading the
+// channel does. After a clean drain Close returns nil.
 package receiver

@@ -37,6 +37,9 @@ func (s Stage) Holding() int { return s.s.holdingCount() }
 
 // NewStage builds a stage as a listener does.
 func NewStage(p StageParams) (Stage, error) {
+	if err := p.Config.Validate(); err != nil {
+		return Stage{}, err
+	}
 	o := newOutbox()
 	if p.Out != nil {
 		o.ch = p.Out

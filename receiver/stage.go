@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -98,18 +97,10 @@ type stage struct {
 	renewWG   sync.WaitGroup
 }
 
-// newStage builds and starts a stage.
+// newStage builds and starts a stage. p.Config must be validated and have
+// its defaults applied (NewListener does both).
 func newStage(p stageParams) (pipe, error) {
-	if p.Source == nil {
-		return nil, fmt.Errorf("%w: Source: required", transport.ErrInvalidConfig)
-	}
-	if p.Out == nil {
-		return nil, fmt.Errorf("%w: Out: required", transport.ErrInvalidConfig)
-	}
-	if err := p.Config.Validate(); err != nil {
-		return nil, err
-	}
-	cfg := p.Config.WithDefaults()
+	cfg := p.Config // validated, defaults applied by NewListener
 	base := p.Context
 	if base == nil {
 		base = context.Background()

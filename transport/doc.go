@@ -1,6 +1,9 @@
 // Package transport holds the contracts every Berth transport implements and
-// the machinery they share: the listener (one receive loop per Subscribe),
-// the generic Watermill subscriber, and the URL registry.
+// every pipeline part speaks: the [Source] seam and its optional interfaces,
+// [Delivery], the sentinel errors, the [Observer], listener status and state
+// ([ListenerState], [StateSource]), [Fault], [Clock], and the URL registry.
+// It starts no goroutines: the receive pipeline that drives a source lives in
+// package receiver.
 //
 // # The seam
 //
@@ -10,14 +13,14 @@
 // reason). Optional interfaces add lease renewal ([Renewer]), wake-ups
 // ([Waker]) and fixed-size claims ([ClaimSizer]).
 //
-// Everything else is shared. A [Listener] runs the receive loop: it sizes
-// each wave with the wave controller (package wave; no peek, no backlog
-// query), never claims more than its receiver's free buffer space, applies
+// Everything else is shared, in package receiver: a receiver.Listener runs
+// the receive loop (waves sized by package wave, no peek, no backlog query),
+// never claims more than its stage's free buffer space, applies
 // back-pressure on QueueCount (buffered + in flight + batch pending), backs
-// off after receive errors with jitter, and doubles as the watchdog that
-// rebuilds a faulted receiver. The [Receiver] stage (package receiver) owns
-// the bounded buffer, the concurrency permits, mapping, delivery on the
-// Subscribe channel, and ack/nack settlement.
+// off after receive errors with jitter, and rebuilds a faulted stage; the
+// stage owns the bounded buffer, the concurrency permits, mapping, delivery
+// on the Subscribe channel, and ack/nack settlement. A transport's subscriber
+// is one receiver.NewSubscriber call over a source factory.
 //
 // # Opening by URL
 //
@@ -30,7 +33,7 @@
 //
 //	sub, err := transport.OpenSubscriber(ctx, os.Getenv("BERTH_URL"))
 //
-// Query parameters map to config fields (see [PipelineConfig.ParseURL]). A
+// Query parameters map to config fields (see receiver.Config.ParseURL). A
 // URL names a destination and how to use it, so one URL serves both sides:
 // each side accepts the other side's known parameters (checked, then
 // ignored). An unknown or invalid parameter is an error that names it and
@@ -40,33 +43,20 @@
 // states: it goes as it is to health.Handler.AddSource and
 // telemetry.RegisterSubscriber.
 //
-// # Dead-letter reasons
+// # Dead-letter reasons and batching accounting
 //
-// A message nacked on its last attempt is dead-lettered with the reason
-// "nacked on attempt N of M (MaxAttempts)". [DeadLetterReason], a Watermill
-// router middleware, records the handler's error with [SetNackReason]
-// before the router nacks, and the reason goes on with ": " and that error
-// (at most [MaxNackReason] bytes), to the dead-letter destination and to
-// [Observer.DeadLettered].
-//
-// # Batching accounting
-//
-// Messages held by batching stages still count toward their listener's
-// QueueCount: [EnterBatch] moves a message from in flight to batch pending
-// (freeing its concurrency permit) and returns a settle function that is
-// effective once. [JoinBatch] does the same for a stage that drops members
-// whose context ends, without a context.AfterFunc per member. Receivers
-// build each message's context with [NewMessageContext] and learn through
-// [BatchHooks] when a batch takes the message and when it lets it go.
+// Package receiver records why a handler nacked (receiver.SetNackReason,
+// receiver.DeadLetterReason) and counts the messages batching stages hold
+// (receiver.EnterBatch, receiver.JoinBatch).
 //
 // # Observing
 //
-// An [Observer] (PipelineConfig.Observer; package telemetry implements one)
+// An [Observer] (receiver.Config.Observer; package telemetry implements one)
 // gets the pipeline's events: each receive wave and Claim call, each
 // delivery with its outcome, each settlement call, dead letters, faults and
 // rebuilds. Transports describe what each listener consumes with a
 // [Destination] (messaging system, destination name, consumer group: see
-// SubscriberConfig's System, ConsumerGroup and DestinationName), which an
+// receiver.SubscriberConfig's System, ConsumerGroup and DestinationName), which an
 // observer implementing [ListenerObserver] receives once per listener and
 // [ListenerState] reports.
 //
