@@ -104,12 +104,13 @@ func (r *stage) process(d *transport.Delivery) {
 
 	// The lease gate.
 	ctx, cancel := r.callCtx()
-	err = r.guarded("begin", func() error { return r.src.Begin(ctx, d) })
+	p := guard.Call(func() { err = r.src.Begin(ctx, d) })
 	cancel()
 	switch {
-	case r.isFaulted():
-		// Begin panicked: hand the delivery back rather than leave it to
-		// lease expiry (a lost lease makes the call a no-op).
+	case p != nil:
+		// Begin panicked: fault, and hand the delivery back rather than
+		// leave it to lease expiry (a lost lease makes the call a no-op).
+		r.recordFault("begin", p)
 		r.retry(d, msg, 0)
 		return
 	case errors.Is(err, transport.ErrLeaseLost):

@@ -317,17 +317,20 @@ func (l *Listener) logError(msg string, err error, fields watermill.LogFields) {
 // first and return its result.
 func (l *Listener) Close(ctx context.Context) error {
 	l.closeOnce.Do(func() {
+		// bound ends CloseGrace after ctx does.
+		bound, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stopBound := context.AfterFunc(ctx, func() { time.AfterFunc(l.pcfg.CloseGrace, cancel) })
+		defer stopBound()
 		close(l.stopCh)
 		l.goroutines.Wait()
 		var errs []error
 		if r := l.current(); r != nil {
 			errs = append(errs, r.Close(ctx))
 		}
-		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.pcfg.CloseGrace)
-		if err := wait.Group(grace, &l.disposals); err != nil {
-			errs = append(errs, fmt.Errorf("berth: closing: rebuilt receivers still closing: %w", err))
+		if err := wait.Group(bound, &l.disposals); err != nil {
+			errs = append(errs, fmt.Errorf("berth: closing: rebuilt receivers still closing: %w", ctx.Err()))
 		}
-		cancel()
 		l.closeErr = errors.Join(errs...)
 		l.out.close()
 		close(l.closed)
