@@ -41,7 +41,6 @@ func (r *stage) Close(ctx context.Context) error {
 			r.closeErr = r.giveUp(ctx, err)
 		}
 		close(r.renewStop)
-		r.settleCancel() // nothing is left to settle; a renewal in progress ends
 		r.renewWG.Wait()
 		close(r.done)
 		r.changed()

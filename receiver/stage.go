@@ -80,8 +80,10 @@ type stage struct {
 	dispatched atomic.Int64
 	fault      atomic.Pointer[transport.Fault]
 
-	// settleCtx is the parent of every settlement call. Close cancels it
-	// once its grace has passed, so nothing it handed back outlives it.
+	// settleCtx is the parent of every call to the source. Close cancels it
+	// when it gave up and its grace has passed, so nothing it handed back
+	// outlives the grace; a clean Close leaves it (a late Push still
+	// releases).
 	settleCtx    context.Context
 	settleCancel context.CancelFunc
 
