@@ -82,7 +82,7 @@
 // (published in-process, or from a non-Berth subscriber) are batched the
 // same way and counted nowhere.
 //
-// Back-pressure is the listener's: above PipelineConfig.MaxQueue it stops
+// Back-pressure is the listener's: above receiver.Config.MaxQueue it stops
 // fetching and reports transport.StatusTooBusy, and it resumes at
 // RestartQueue. So with a BatchFunc slower than arrivals, what batching
 // holds stays bounded by the listener's limits.

@@ -30,7 +30,7 @@ type Config struct {
 	// FaultGrace is how long a faulted listener may stay faulted before
 	// liveness fails, so that an orchestrator restarts a process that
 	// cannot heal itself. The watchdog normally rebuilds a faulted receiver
-	// within one PipelineConfig.CheckInterval. Readiness fails at once.
+	// within one receiver.Config.CheckInterval. Readiness fails at once.
 	// Negative means liveness never fails. Defaults to DefaultFaultGrace
 	// (1m).
 	FaultGrace time.Duration

@@ -22,7 +22,7 @@ import (
 // Observer is a transport.Observer that records the receive pipeline's
 // events as OpenTelemetry metrics, a consumer span per message, a client
 // span per receive call that claimed messages (or failed) and per
-// settlement of a traced message. Set it as PipelineConfig.Observer of any
+// settlement of a traced message. Set it as receiver.Config.Observer of any
 // transport's subscriber config. It is safe for concurrent use and may be
 // shared by many subscribers.
 //

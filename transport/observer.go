@@ -121,7 +121,7 @@ type Observer interface {
 }
 
 // A ListenerObserver is an Observer that binds itself to each listener.
-// A listener whose PipelineConfig.Observer implements it calls ForListener
+// A listener whose receiver.Config.Observer implements it calls ForListener
 // once, when it is built, and sends every event of its own and of its
 // receivers to the returned Observer; the observer can then prepare what
 // it records per listener once, and name the destination as the transport

@@ -44,7 +44,7 @@ type Options struct {
 
 	// Observer receives a subscriber's pipeline events, for metrics and
 	// traces: every driver sets it as its subscriber's
-	// PipelineConfig.Observer. telemetry.NewObserver builds one over
+	// receiver.Config.Observer. telemetry.NewObserver builds one over
 	// OpenTelemetry (with the global meter and tracer providers unless
 	// its Config names others). Publishers have no pipeline and ignore
 	// it; wrap them with telemetry.Publisher. Defaults to nil (none).
