@@ -194,9 +194,10 @@ func (b *Broker) DeadLetters(topic, group string) []DeadLetter {
 	return slices.Clone(b.queue(topic, group).dead)
 }
 
-// Stats counts a queue's messages by state.
+// Stats counts a queue's messages by state. Blocked counts the messages
+// waiting behind an earlier message of their ordering key.
 type Stats struct {
-	Ready, Delayed, Leased, Dead int
+	Ready, Delayed, Leased, Dead, Blocked int
 }
 
 // Stats returns the counts of (topic, group).
@@ -210,6 +211,8 @@ func (b *Broker) Stats(topic, group string) Stats {
 		switch {
 		case e.state != ready && now.Before(e.until):
 			s.Leased++
+		case !q.head(e):
+			s.Blocked++
 		case now.Before(e.due):
 			s.Delayed++
 		default:
