@@ -181,7 +181,7 @@ func testOrderedLedger(t *testing.T, h Harness) {
 		t.Fatalf("publish: %v", err)
 	}
 	// Kill instance 0 once a third is handled.
-	waitFor(t, 2*time.Minute, "a third handled", func() bool { return ledger.Handled() >= keys*per/3 })
+	waitFor(t, 5*time.Minute, "a third handled", func() bool { return ledger.Handled() >= keys*per/3 })
 	victim := insts[0]
 	close(victim.killed)
 	if h.Kill != nil {
