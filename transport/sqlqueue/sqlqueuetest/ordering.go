@@ -59,8 +59,6 @@ func testOrderedLedger(t *testing.T, h Harness) {
 		app    string
 		sub    *sqlqueue.Subscriber
 		killed chan struct{} // closed when killed
-		mu     sync.Mutex
-		dead   bool
 	}
 	dead := make(chan struct{}) // closed at the end: zombie handlers return
 	var handlers sync.WaitGroup
