@@ -48,8 +48,8 @@ func init() {
 		Name: ScenarioOrdered,
 		Description: fmt.Sprintf("a %d-message backlog drained by %d instances × concurrency %d, %s handler, without ordering keys, with 1,000 keys and with 10 keys, "+
 			"medians of %d interleaved rounds, on PostgreSQL and SQLite", OrderedBacklog, OrderedInstances, OrderedConcurrency, OrderedHandler, OrderedRounds),
-		NeedsOneOf: []string{ServicePostgres},
-		Run:        RunOrdered,
+		Needs: []string{ServicePostgres},
+		Run:   RunOrdered,
 	})
 }
 
