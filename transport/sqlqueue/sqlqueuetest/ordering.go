@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,7 +233,9 @@ func testOrderedClaim(t *testing.T, h Harness) {
 			}
 			got = append(got, string(m.Payload))
 		}
-		if strings.Join(sortStrings(got), ",") != strings.Join(sortStrings(want), ",") {
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
 			t.Fatalf("claimed %v, want %v", got, want)
 		}
 		return ds
@@ -287,18 +290,6 @@ func testOrderedClaim(t *testing.T, h Harness) {
 	claim("b3")
 	// a stays blocked behind its delayed head.
 	claim()
-}
-
-func sortStrings(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 // testOrderingKeyTooLong: a key longer than the dialect's column is
