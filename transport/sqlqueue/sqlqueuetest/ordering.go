@@ -69,8 +69,12 @@ func testOrderedLedger(t *testing.T, h Harness) {
 		in.db = f.env.Pool(t, conc/4+4, in.app)
 		c := f.subConfig(in.db)
 		c.Pipeline.Concurrency = conc
-		c.Lease = 2 * time.Second
-		c.FetchTimeout = 2 * time.Second
+		// Leases long enough that a starved machine (the race detector
+		// on shared cores) does not let a live handler's lease expire:
+		// that is at-least-once redelivery, which the ledger would report
+		// as an overlap. The killed instance's rows come back after them.
+		c.Lease = 10 * time.Second
+		c.FetchTimeout = 5 * time.Second
 		c.SweepInterval = 200 * time.Millisecond
 		in.sub = newSubscriber(t, c)
 		if err := in.sub.SubscribeInitialize(topic); err != nil {
