@@ -334,6 +334,21 @@ func (s *SQL) Migrate(ctx context.Context, queues ...[2]string) (from, to int, e
 			if err := s.exec(ctx, tx, s.Dialect.Lock(lockKey, true)); err != nil {
 				return fmt.Errorf("schema lock: %w", err)
 			}
+			if u, ok := s.Dialect.(sqlqueue.QueueUpgrader); ok { // SQLite: columns added by hand-guarded DDL
+				probe, upgrade := u.UpgradeQueue(q)
+				old := false
+				if err := tx.QueryRowContext(ctx, probe.SQL, probe.Args...).Scan(&old); err != nil {
+					return err
+				}
+				for _, st := range upgrade {
+					if !old {
+						break
+					}
+					if err := s.exec(ctx, tx, st); err != nil {
+						return err
+					}
+				}
+			}
 			for _, st := range s.Dialect.CreateQueue(q) {
 				if err := s.exec(ctx, tx, st); err != nil {
 					return err

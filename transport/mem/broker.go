@@ -24,6 +24,13 @@ const DefaultVisibilityTimeout = 30 * time.Second
 // group), each with visibility timeouts, delayed redelivery and attempt
 // counts, and a dead-letter list. It is safe for concurrent use. Brokers
 // opened by URL (mem://name) live for the life of the process.
+//
+// Messages with an ordering key (metadata transport.MetadataOrderingKey)
+// are handed out one at a time per key and queue, in publish order: a
+// keyed message is claimable only while it is the oldest unsettled message
+// of its key, so a fetched, processing, retrying (nacked, waiting out its
+// backoff) or delayed message blocks the later ones of its key until it is
+// acknowledged or dead-lettered — as the SQL transports' claims do.
 type Broker struct {
 	mu     sync.Mutex
 	topics map[string]map[string]*queue // topic → group → queue
@@ -60,6 +67,7 @@ const (
 
 type entry struct {
 	seq      int64
+	key      string // ordering key; "" for none
 	uuid     string
 	payload  []byte
 	metadata map[string]string
@@ -84,12 +92,37 @@ type DeadLetter struct {
 type queue struct {
 	entries map[int64]*entry
 	order   []int64 // ready entries in FIFO order (may hold stale ids)
-	dead    []DeadLetter
-	wakers  map[chan struct{}]struct{}
+	// keys holds, per ordering key, the seqs of its unsettled entries in
+	// publish order: the first is the key's head, the only one claimable.
+	keys   map[string][]int64
+	dead   []DeadLetter
+	wakers map[chan struct{}]struct{}
 }
 
 func newQueue() *queue {
-	return &queue{entries: map[int64]*entry{}, wakers: map[chan struct{}]struct{}{}}
+	return &queue{entries: map[int64]*entry{}, keys: map[string][]int64{}, wakers: map[chan struct{}]struct{}{}}
+}
+
+// head reports whether e may be claimed as far as its key goes.
+func (q *queue) head(e *entry) bool { return e.key == "" || q.keys[e.key][0] == e.seq }
+
+// settle removes e from q (acknowledged or dead-lettered), unblocking its
+// key.
+func (q *queue) settle(e *entry) {
+	delete(q.entries, e.seq)
+	if e.key == "" {
+		return
+	}
+	seqs := q.keys[e.key]
+	if i := slices.Index(seqs, e.seq); i >= 0 {
+		seqs = slices.Delete(seqs, i, i+1)
+	}
+	if len(seqs) == 0 {
+		delete(q.keys, e.key)
+		return
+	}
+	q.keys[e.key] = seqs
+	q.signal() // the key's next message may be claimable
 }
 
 // signal wakes every source of q; the broker's lock is held.
@@ -131,6 +164,10 @@ func (b *Broker) Publish(topic string, msgs ...*message.Message) {
 				payload:  slices.Clone(m.Payload),
 				metadata: maps.Clone(map[string]string(m.Metadata)),
 				due:      now,
+				key:      m.Metadata.Get(transport.MetadataOrderingKey),
+			}
+			if e.key != "" {
+				q.keys[e.key] = append(q.keys[e.key], e.seq)
 			}
 			if d, err := time.ParseDuration(m.Metadata.Get(MetadataDelay)); err == nil && d > 0 {
 				e.due = now.Add(d)
@@ -157,9 +194,10 @@ func (b *Broker) DeadLetters(topic, group string) []DeadLetter {
 	return slices.Clone(b.queue(topic, group).dead)
 }
 
-// Stats counts a queue's messages by state.
+// Stats counts a queue's messages by state. Blocked counts the messages
+// waiting behind an earlier message of their ordering key.
 type Stats struct {
-	Ready, Delayed, Leased, Dead int
+	Ready, Delayed, Leased, Dead, Blocked int
 }
 
 // Stats returns the counts of (topic, group).
@@ -173,6 +211,8 @@ func (b *Broker) Stats(topic, group string) Stats {
 		switch {
 		case e.state != ready && now.Before(e.until):
 			s.Leased++
+		case !q.head(e):
+			s.Blocked++
 		case now.Before(e.due):
 			s.Delayed++
 		default:
@@ -243,7 +283,7 @@ func (s *source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 		if !ok || e.state != ready {
 			continue // stale
 		}
-		if len(out) >= max || now.Before(e.due) {
+		if len(out) >= max || now.Before(e.due) || !q.head(e) {
 			keep = append(keep, seq)
 			continue
 		}
@@ -304,7 +344,7 @@ func (s *source) Complete(_ context.Context, d *transport.Delivery) error {
 	if !ok {
 		return transport.ErrLeaseLost
 	}
-	delete(s.q.entries, e.seq)
+	s.q.settle(e)
 	return nil
 }
 
@@ -347,7 +387,7 @@ func (s *source) DeadLetter(_ context.Context, d *transport.Delivery, msg *messa
 	if !ok {
 		return transport.ErrLeaseLost
 	}
-	delete(s.q.entries, e.seq)
+	s.q.settle(e)
 	s.q.dead = append(s.q.dead, DeadLetter{
 		Topic: s.topic, Group: s.group, UUID: e.uuid,
 		Payload: e.payload, Metadata: e.metadata,

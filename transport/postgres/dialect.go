@@ -32,7 +32,18 @@ var (
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.QueueChecker           = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
+	_ sqlqueue.Limiter                = Dialect{}
 )
+
+// MaxOrderingKeyLength is the longest ordering key, in bytes
+// (transport.MetadataOrderingKey): keys are indexed, and a publish with a
+// longer one fails with transport.ErrInvalidMessage.
+const MaxOrderingKeyLength = 255
+
+// Limits implements sqlqueue.Limiter: only the ordering key is bounded.
+func (Dialect) Limits() sqlqueue.Limits {
+	return sqlqueue.Limits{OrderingKey: MaxOrderingKeyLength}
+}
 
 // Name implements sqlqueue.Dialect.
 func (Dialect) Name() string { return "postgres" }
@@ -98,15 +109,50 @@ func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
 	failed_at    timestamptz NOT NULL DEFAULT now()
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(n.ErrorsName+"_queue") + ` ON ` + n.Errors + ` (queue_table, failed_at)`),
+	}}, {Version: 2, Stmts: []sqlqueue.Stmt{
+		// Version 2 adds the ordering key: every subscribed queue table
+		// gets the column and its index now, under the schema lock; a
+		// table only a publisher made gets them from CreateQueue at its
+		// next use (QueueExists reports the index missing).
+		st(`DO $berth$
+DECLARE r text; t text;
+BEGIN
+	FOR r IN SELECT queue_table FROM ` + n.Subscriptions + ` LOOP
+		t := ` + schemaPrefix(n.Schema) + `quote_ident(r);
+		IF to_regclass(t) IS NOT NULL THEN
+			EXECUTE 'ALTER TABLE ' || t || ' ADD COLUMN IF NOT EXISTS ordering_key text';
+			EXECUTE 'CREATE INDEX IF NOT EXISTS ' || quote_ident(r || '_key') || ' ON ' || t || ' ` + keyIndex + `';
+		END IF;
+	END LOOP;
+END
+$berth$`),
 	}}}
 }
 
+// schemaPrefix is the SQL expression that qualifies a quoted table name in
+// schema ("" for the search path's).
+func schemaPrefix(schema string) string {
+	if schema == "" {
+		return ""
+	}
+	return "quote_ident(" + literal(schema) + ") || '.' || "
+}
+
+// literal returns s as a SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// keyIndex is the column list and filter of the ordering key index
+// (<table>_key): the claim's head check is one seek of it.
+const keyIndex = `(ordering_key, id) WHERE ordering_key IS NOT NULL`
+
 // CreateQueue implements sqlqueue.Dialect. The partial index on pending
 // rows keeps claimed rows out of other claims' path; the lease index serves
-// the sweeper, the expiry index DropExpired. A table made by an earlier
-// version gets the expiry index at its first subscribe after the upgrade
-// (QueueExists then reports it missing): a plain CREATE INDEX, which holds
-// the table's writers while it reads the table once.
+// the sweeper, the expiry index DropExpired, the key index the claim's
+// head check. A table made by an earlier version gets the ordering_key
+// column (ADD COLUMN IF NOT EXISTS: a catalog change, no rewrite) and the
+// indexes it lacks at its first use after the upgrade (QueueExists then
+// reports one missing): plain CREATE INDEXes, which hold the table's
+// writers while they read the table once.
 func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	return []sqlqueue.Stmt{
 		st(`CREATE TABLE IF NOT EXISTS ` + q.Table + ` (
@@ -120,11 +166,14 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	created_at  timestamptz NOT NULL DEFAULT now(),
 	due_at      timestamptz NOT NULL DEFAULT now(),
 	lease_until timestamptz,
-	expires_at  timestamptz
+	expires_at  timestamptz,
+	ordering_key text
 )`),
+		st(`ALTER TABLE ` + q.Table + ` ADD COLUMN IF NOT EXISTS ordering_key text`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + q.Table + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + q.Table + ` (lease_until) WHERE state <> 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + q.Table + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_key") + ` ON ` + q.Table + ` ` + keyIndex),
 	}
 }
 
@@ -133,8 +182,9 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 // makes.
 func (d Dialect) QueueExists(q sqlqueue.Queue) sqlqueue.Stmt {
 	schema := strings.TrimSuffix(q.Table, d.QuoteIdent(q.Name)) // "" or `"schema".`
-	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
-		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"), schema+d.QuoteIdent(q.Name+"_expiry"))
+	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL`,
+		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"), schema+d.QuoteIdent(q.Name+"_expiry"),
+		schema+d.QuoteIdent(q.Name+"_key"))
 }
 
 // Subscribe implements sqlqueue.Dialect.
@@ -158,28 +208,48 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 // is sent only when notify is true ($7, so that both share one statement
 // text and one prepared plan; the insert runs either way, as a
 // data-modifying CTE always does).
+//
+// Rows with an ordering key first take a transaction-scoped advisory lock
+// per distinct key of the queue (in key order, so two inserts never wait
+// for each other in a cycle), held until the publishing transaction ends:
+// the next insert of the key gets its ids only after this one committed
+// or rolled back. So a key's ids are in commit order, which the claim's
+// head check relies on (see Claim). The lock is taken in an init plan
+// (lk), which the executor runs before it reads the first row and so
+// before the first id is drawn; with no key, lk locks nothing.
 func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify bool) []sqlqueue.Stmt {
 	uuids := make([]string, len(rows))
 	headers := make([]string, len(rows))
 	bodies := make([][]byte, len(rows))
 	delays := make([]int64, len(rows))
 	ttls := make([]int64, len(rows))
+	keys := make([]*string, len(rows))
 	for i, r := range rows {
 		uuids[i], headers[i], bodies[i] = r.UUID, string(r.Headers), r.Body
 		delays[i], ttls[i] = sqlqueue.Millis(r.Delay), sqlqueue.Millis(r.TTL)
+		if r.OrderingKey != "" {
+			keys[i] = &rows[i].OrderingKey
+		}
 	}
-	return []sqlqueue.Stmt{st(`WITH ins AS (
-	INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at)
+	return []sqlqueue.Stmt{st(`WITH lk AS (
+	SELECT count(*) AS n FROM (
+		SELECT pg_advisory_xact_lock(hashtextextended('berth:key:' || $6 || ':' || k, 0))
+		FROM (SELECT DISTINCT k FROM unnest($8::text[]) AS k WHERE k IS NOT NULL ORDER BY k) AS s
+	) AS l
+), ins AS (
+	INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at, ordering_key)
 	SELECT r.uuid, r.headers, r.body,
 	       now() + r.delay_ms * interval '1 millisecond',
-	       CASE WHEN r.ttl_ms > 0 THEN now() + r.ttl_ms * interval '1 millisecond' END
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) WITH ORDINALITY
-	     AS r(uuid, headers, body, delay_ms, ttl_ms, ord)
+	       CASE WHEN r.ttl_ms > 0 THEN now() + r.ttl_ms * interval '1 millisecond' END,
+	       r.ordering_key
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $8::text[]) WITH ORDINALITY
+	     AS r(uuid, headers, body, delay_ms, ttl_ms, ordering_key, ord)
+	WHERE (SELECT n FROM lk) >= 0
 	ORDER BY r.ord
 	RETURNING 1
 )
 SELECT pg_notify('`+WakeChannel+`', $6) FROM (SELECT 1 FROM ins LIMIT 1) AS n WHERE $7::boolean`,
-		uuids, headers, bodies, delays, ttls, q.Name, notify)}
+		uuids, headers, bodies, delays, ttls, q.Name, notify, keys)}
 }
 
 // Notify implements sqlqueue.NotifyCoalescer: the NOTIFY alone, for the
@@ -189,6 +259,34 @@ func (Dialect) Notify(q sqlqueue.Queue) sqlqueue.Stmt {
 }
 
 // Claim implements sqlqueue.Dialect.
+//
+// # Ordering keys
+//
+// A keyed row is claimable only when no row of its key has a lower id: one
+// seek of the key index (<table>_key), whatever the lower row's state —
+// pending but delayed or retrying with backoff, fetched, or processing —
+// so a key's head blocks it until it is settled (deleted, or moved to the
+// error table). Unkeyed rows skip the check.
+//
+// Why two claimers, at READ COMMITTED, never hold two rows of one key:
+// suppose claim C1 takes row a and claim C2 row b of key k, a < b, and
+// both are fetched or processing at once. Rows are deleted only when
+// settled, never re-inserted, and a was not settled before C1 took it, so
+// a existed, unsettled, throughout C2. C2 took b, so a was not in C2's
+// snapshot: a committed after C2's snapshot, b before it. But Insert holds
+// k's advisory lock from before it draws a's id until a's transaction
+// ends, so b — drawn later (b > a) — was drawn after a's transaction
+// ended, and committed after it: a contradiction. The same row taken
+// twice is what FOR UPDATE SKIP LOCKED already excludes (a second claimer
+// skips the locked row, or re-checks state = 0 on its new version and
+// drops it). A snapshot that is stale the other way (it still shows a row
+// a concurrent Complete deleted) only blocks the key for this claim.
+// Retry, Release and Recover keep a row's id, so it stays the head.
+//
+// The cost: a key's blocked rows stay in the pending index, and the scan
+// passes them (one key-index seek each) on its way to claimable rows;
+// with many keys that is about the keys in flight, with a few hot keys and
+// a deep backlog it is the backlog (docs/ordering.md, Cost).
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
 	// id = ANY(ARRAY(subquery)), not id IN (subquery): the array is an
 	// init plan and the update an index scan on the primary key whatever
@@ -200,11 +298,13 @@ func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Dur
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond'
 WHERE q.id = ANY(ARRAY(
-	SELECT id FROM `+q.Table+`
-	WHERE state = 0 AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())
-	ORDER BY due_at, id
+	SELECT p.id FROM `+q.Table+` AS p
+	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	  AND (p.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+	ORDER BY p.due_at, p.id
 	LIMIT $3
-	FOR UPDATE SKIP LOCKED
+	FOR UPDATE OF p SKIP LOCKED
 ))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)

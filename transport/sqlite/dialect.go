@@ -28,7 +28,19 @@ var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
+	_ sqlqueue.Limiter                = Dialect{}
+	_ sqlqueue.QueueUpgrader          = Dialect{}
 )
+
+// MaxOrderingKeyLength is the longest ordering key, in bytes
+// (transport.MetadataOrderingKey): keys are indexed, and a publish with a
+// longer one fails with transport.ErrInvalidMessage.
+const MaxOrderingKeyLength = 255
+
+// Limits implements sqlqueue.Limiter: only the ordering key is bounded.
+func (Dialect) Limits() sqlqueue.Limits {
+	return sqlqueue.Limits{OrderingKey: MaxOrderingKeyLength}
+}
 
 func (d Dialect) now() int64 {
 	if d.Now != nil {
@@ -97,7 +109,22 @@ func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
 	failed_at    INTEGER NOT NULL
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(n.ErrorsName+"_queue") + ` ON ` + d.QuoteIdent(n.ErrorsName) + ` (queue_table, failed_at)`),
+	}}, {Version: 2, Stmts: []sqlqueue.Stmt{
+		// Version 2 adds the ordering key to queue tables. SQLite cannot
+		// add a column idempotently in SQL, so each queue table gets it
+		// at its first use (UpgradeQueue); the version tells older builds
+		// the tables changed. This statement only keeps the migration
+		// non-empty in the printed DDL.
+		st(`SELECT 1`),
 	}}}
+}
+
+// UpgradeQueue implements sqlqueue.QueueUpgrader: a table made before
+// version 2 gets the ordering_key column (CreateQueue then adds its
+// index).
+func (Dialect) UpgradeQueue(q sqlqueue.Queue) (sqlqueue.Stmt, []sqlqueue.Stmt) {
+	return st(`SELECT EXISTS (SELECT 1 FROM pragma_table_info(?)) AND NOT EXISTS (SELECT 1 FROM pragma_table_info(?) WHERE name = 'ordering_key')`, q.Name, q.Name),
+		[]sqlqueue.Stmt{st(`ALTER TABLE ` + q.Table + ` ADD COLUMN ordering_key TEXT`)}
 }
 
 // CreateQueue implements sqlqueue.Dialect. AUTOINCREMENT keeps ids from
@@ -115,11 +142,13 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	created_at  INTEGER NOT NULL,
 	due_at      INTEGER NOT NULL,
 	lease_until INTEGER,
-	expires_at  INTEGER
+	expires_at  INTEGER,
+	ordering_key TEXT
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + d.QuoteIdent(q.Name) + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + d.QuoteIdent(q.Name) + ` (lease_until) WHERE state <> 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + d.QuoteIdent(q.Name) + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_key") + ` ON ` + d.QuoteIdent(q.Name) + ` (ordering_key, id) WHERE ordering_key IS NOT NULL`),
 	}
 }
 
@@ -144,33 +173,42 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 	for start := 0; start < len(rows); start += insertChunk {
 		chunk := rows[start:min(start+insertChunk, len(rows))]
 		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at) VALUES `)
-		args := make([]any, 0, 6*len(chunk))
+		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key) VALUES `)
+		args := make([]any, 0, 7*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?)")
-			var expires any
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			var expires, key any
 			if r.TTL > 0 {
 				expires = now + sqlqueue.Millis(r.TTL)
 			}
-			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires)
+			if r.OrderingKey != "" {
+				key = r.OrderingKey
+			}
+			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires, key)
 		}
 		out = append(out, st(b.String(), args...))
 	}
 	return out
 }
 
-// Claim implements sqlqueue.Dialect.
+// Claim implements sqlqueue.Dialect. A keyed row is claimed only when no
+// row of its key has a lower id (one seek of the key index), whatever that
+// row's state: the head of a key blocks it until settled. Writes are
+// serialised (one write transaction at a time), so ids are in commit order
+// and no two claims run at once: the check is exact without locks.
 func (d Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
 	now := d.now()
 	return st(`UPDATE `+q.Table+`
 SET state = 1, owner = ?, lease_until = ?
 WHERE id IN (
-	SELECT id FROM `+q.Table+`
-	WHERE state = 0 AND due_at <= ? AND (expires_at IS NULL OR expires_at > ?)
-	ORDER BY due_at, id
+	SELECT p.id FROM `+q.Table+` AS p
+	WHERE p.state = 0 AND p.due_at <= ? AND (p.expires_at IS NULL OR p.expires_at > ?)
+	  AND (p.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+	ORDER BY p.due_at, p.id
 	LIMIT ?
 )
 RETURNING id, uuid, headers, body, attempts`,

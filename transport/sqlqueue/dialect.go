@@ -39,10 +39,14 @@ const (
 //	due_at      the row may be claimed once due_at <= now
 //	lease_until fetch timeout (fetched) or processing lease (processing); NULL while pending
 //	expires_at  optional time-to-live; NULL means never
+//	ordering_key the message's ordering key (transport.MetadataOrderingKey);
+//	            NULL when it has none
 //
 // with a filtered/partial index on (due_at, id) over pending rows only, so
-// claimed rows leave the claim path, and one on lease_until over non-pending
-// rows for the sweeper. Shared tables: the subscriptions table (topic,
+// claimed rows leave the claim path, one on lease_until over non-pending
+// rows for the sweeper, and one on (ordering_key, id) over keyed rows, so
+// that a claim finds whether a keyed row is the head of its key with one
+// seek (see Claim). Shared tables: the subscriptions table (topic,
 // consumer_group, queue_table, created_at; primary key topic +
 // consumer_group), the error table (id, queue_table, message_uuid, headers,
 // body, attempts, reason, original_id, created_at, failed_at) and the schema
@@ -116,7 +120,11 @@ type Dialect interface {
 
 	// Claim claims at most n pending rows whose due_at has passed and whose
 	// expires_at (if any) has not, skipping rows locked by concurrent claims
-	// (SKIP LOCKED, READPAST), oldest due first: state becomes
+	// (SKIP LOCKED, READPAST), oldest due first. A row with an ordering key
+	// is claimed only when it is the head of its key — no other row of the
+	// table has the same key and a lower id, whatever that row's state — so
+	// at most one row per key is ever fetched or processing, across every
+	// claimer, and a key's rows are claimed in id order. Claimed: state becomes
 	// StateFetched, owner becomes owner, lease_until becomes now +
 	// fetchTimeout. It returns the claimed rows with the columns id, uuid,
 	// headers, body, attempts in that order, in any row order.
@@ -292,6 +300,8 @@ type InsertRow struct {
 	Delay time.Duration
 	// TTL after which an undelivered row is dropped; 0 means never.
 	TTL time.Duration
+	// OrderingKey is the message's ordering key; "" is none (NULL).
+	OrderingKey string
 }
 
 // Millis returns d in whole milliseconds, rounding up so that a positive

@@ -40,6 +40,20 @@
 // rows past their time-to-live are dropped and counted. Delayed rows need no separate job:
 // due_at is part of the claim predicate and of the pending index.
 //
+// # Ordering keys
+//
+// A message with metadata transport.MetadataOrderingKey is stored with its
+// key in the ordering_key column. The claim takes a keyed row only when no
+// row of the same key has a lower id, whatever that row's state: the head
+// of a key (pending, delayed, retrying, fetched or processing) blocks its
+// later rows until it is completed or dead-lettered. So every instance of
+// a consumer group holds at most one row per key at a time, in id order,
+// with no coordination beyond the claim statement; Recover, Release and
+// Retry keep a row's id, so it stays its key's head. Each dialect's Claim
+// documents why the check is exact under concurrency (PostgreSQL's
+// inserts also lock each key, so a key's ids are in commit order). Settling
+// a keyed row wakes the pool's sources of its queue. See docs/ordering.md.
+//
 // # Statement retries
 //
 // A dialect implementing TransientClassifier tells transient database

@@ -15,13 +15,17 @@ type Limits struct {
 	Topic int
 	// ConsumerGroup bounds a consumer group name.
 	ConsumerGroup int
+	// OrderingKey bounds a message's ordering key (the queue table's
+	// ordering_key column, see transport.MetadataOrderingKey).
+	OrderingKey int
 	// Length measures a value in the columns' unit (SQL Server's nvarchar
 	// counts UTF-16 code units); nil counts bytes.
 	Length func(string) int
 }
 
-// Limiter is implemented by dialects whose columns bound the UUID, topic
-// or consumer group (SQL Server's nvarchar(n)). The engine checks them in
+// Limiter is implemented by dialects whose columns bound the UUID, topic,
+// consumer group or ordering key (SQL Server's nvarchar(n); the ordering
+// key on every dialect, which indexes it). The engine checks them in
 // Go, so a user gets an error naming the limit instead of the server's
 // truncation error (2628, 8152).
 type Limiter interface {
@@ -70,6 +74,21 @@ func checkUUID(d Dialect, uuid string) error {
 	l := lm.Limits()
 	if n := l.length(uuid); l.UUID > 0 && n > l.UUID {
 		return fmt.Errorf("%w: message UUID %.40q… is %d characters, at most %d on %s", transport.ErrInvalidMessage, uuid, n, l.UUID, d.Name())
+	}
+	return nil
+}
+
+// checkOrderingKey reports an ordering key longer than d's column holds,
+// wrapped in transport.ErrInvalidMessage.
+func checkOrderingKey(d Dialect, uuid, key string) error {
+	lm, ok := d.(Limiter)
+	if !ok {
+		return nil
+	}
+	l := lm.Limits()
+	if n := l.length(key); l.OrderingKey > 0 && n > l.OrderingKey {
+		return fmt.Errorf("%w: message %.40q: ordering key (metadata %s) is %d characters, at most %d on %s",
+			transport.ErrInvalidMessage, uuid, transport.MetadataOrderingKey, n, l.OrderingKey, d.Name())
 	}
 	return nil
 }

@@ -101,6 +101,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err := checkUUID(p.e.d, m.UUID); err != nil {
 			return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
 		}
+		if err := checkOrderingKey(p.e.d, m.UUID, m.Metadata[transport.MetadataOrderingKey]); err != nil {
+			return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
+		}
 	}
 	rows, err := p.rows(msgs)
 	if err != nil || len(rows) == 0 {
@@ -258,7 +261,9 @@ func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 		if body == nil {
 			body = []byte{}
 		}
-		rows = append(rows, InsertRow{UUID: m.UUID, Headers: headers, Body: body, Delay: delay, TTL: p.cfg.TTL})
+		// The ordering key stays in the headers too, for the handler.
+		rows = append(rows, InsertRow{UUID: m.UUID, Headers: headers, Body: body, Delay: delay, TTL: p.cfg.TTL,
+			OrderingKey: m.Metadata[transport.MetadataOrderingKey]})
 	}
 	return rows, nil
 }
@@ -284,6 +289,11 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 		return transport.ErrClosed
 	}
 	ctx := context.Background()
+	for _, m := range msgs {
+		if err := checkOrderingKey(p.e.d, m.UUID, m.Metadata[transport.MetadataOrderingKey]); err != nil {
+			return fmt.Errorf("sqlqueue: publish to %q in transaction: %w", topic, err)
+		}
+	}
 	rows, err := p.rows(msgs)
 	if err != nil || len(rows) == 0 {
 		return err

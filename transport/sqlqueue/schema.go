@@ -180,6 +180,20 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 			if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
 				return fmt.Errorf("schema lock: %w", err)
 			}
+			if u, ok := e.d.(QueueUpgrader); ok {
+				probe, upgrade := u.UpgradeQueue(q)
+				old := false
+				if err := query(ctx, tx, &e.ctrs.other, probe, func(r *sql.Rows) error { return r.Scan(&old) }); err != nil {
+					return err
+				}
+				if old {
+					for _, st := range upgrade {
+						if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
+							return fmt.Errorf("upgrade: %w", err)
+						}
+					}
+				}
+			}
 			for _, st := range e.d.CreateQueue(q) {
 				if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
 					return err

@@ -60,8 +60,13 @@ var (
 	_ transport.Waker   = (*Source)(nil)
 )
 
-// handle is a delivery's settlement token.
-type handle struct{ ref Ref }
+// handle is a delivery's settlement token. keyed: the row has an ordering
+// key, so settling it may unblock the next row of its key (see
+// unblocked).
+type handle struct {
+	ref   Ref
+	keyed bool
+}
 
 // rawRow is a claimed row's buffers, referenced only by Delivery.Raw until
 // mapped.
@@ -191,7 +196,7 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 			ds = append(ds, &transport.Delivery{
 				ID:      strconv.FormatInt(id, 10),
 				Attempt: attempts,
-				Handle:  handle{Ref{ID: id, Owner: owner}},
+				Handle:  handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers)},
 				Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
 			})
 			return nil
@@ -359,6 +364,7 @@ func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
 }
 
 func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []error {
+	defer s.unblocked(ds...)
 	return s.fenced(ctx, ds, s.e.d.Complete(s.q, refsOf(ds)), &countRef{"complete", &s.e.ctrs.completes})
 }
 
@@ -445,6 +451,7 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 		return s.lost(d)
 	}
 	s.e.ctrs.deadLettered.Add(1)
+	s.unblocked(d)
 	return nil
 }
 

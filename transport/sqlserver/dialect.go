@@ -53,6 +53,9 @@ const (
 	// MaxConsumerGroupLength is the longest consumer group
 	// (consumer_group nvarchar(128)).
 	MaxConsumerGroupLength = 128
+	// MaxOrderingKeyLength is the longest ordering key (ordering_key
+	// nvarchar(255), see transport.MetadataOrderingKey).
+	MaxOrderingKeyLength = 255
 )
 
 // Dialect is the SQL Server (T-SQL) dialect: every statement of the
@@ -131,7 +134,8 @@ const (
 // Limits implements sqlqueue.Limiter: the nvarchar columns' lengths, in
 // UTF-16 code units.
 func (Dialect) Limits() sqlqueue.Limits {
-	return sqlqueue.Limits{UUID: MaxUUIDLength, Topic: MaxTopicLength, ConsumerGroup: MaxConsumerGroupLength, Length: utf16Len}
+	return sqlqueue.Limits{UUID: MaxUUIDLength, Topic: MaxTopicLength, ConsumerGroup: MaxConsumerGroupLength,
+		OrderingKey: MaxOrderingKeyLength, Length: utf16Len}
 }
 
 func utf16Len(s string) int {
@@ -229,7 +233,17 @@ CREATE INDEX ` + d.QuoteIdent(errIdx) + ` ON ` + n.Errors + ` (queue_table, fail
 		// (upgradeQueue). Every subscribed queue table is visited; one
 		// created by a publisher alone is upgraded by CreateQueue at its
 		// next use.
-		st(head + `DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+		d.upgradeQueues(n),
+	}}, {Version: 3, Stmts: []sqlqueue.Stmt{
+		// Version 3 adds the ordering key column and its two indexes
+		// (upgradeQueue again: it does only what a table lacks).
+		d.upgradeQueues(n),
+	}}}
+}
+
+// upgradeQueues runs upgradeQueue on every subscribed queue table.
+func (d Dialect) upgradeQueues(n sqlqueue.Names) sqlqueue.Stmt {
+	return st(head + `DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
 DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
 WHILE 1 = 1
 BEGIN
@@ -240,8 +254,7 @@ BEGIN
 	IF @name IS NULL BREAK;
 	INSERT INTO @done (name) VALUES (@name);
 	SET @t = ` + schemaPrefix(d, n.Schema) + `QUOTENAME(@name);
-` + upgradeQueue + `END;`),
-	}}}
+` + upgradeQueue + `END;`)
 }
 
 // schemaPrefix is the T-SQL expression that qualifies a table name in
@@ -264,18 +277,61 @@ const (
 	// expiryIndex lets DropExpired seek the pending rows that have a
 	// time-to-live instead of reading the backlog.
 	expiryIndex = "(expires_at) WHERE state = 0 AND expires_at IS NOT NULL"
+	// pendingIndex is the claim path. It includes ordering_key so that
+	// the claim tells keyed rows from unkeyed ones inside the index, with
+	// no key lookup per row it passes.
+	pendingIndex = "(due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0"
+	// keyIndex serves the claim's head check of a keyed row: is there a
+	// row of its key with a lower id (one seek).
+	keyIndex = "(ordering_key, id) WHERE ordering_key IS NOT NULL"
+	// inflightIndex serves the claim's other check of a keyed row: is a
+	// row of its key fetched or processing (one seek of an index that
+	// holds only the leased keyed rows).
+	inflightIndex = "(ordering_key) WHERE ordering_key IS NOT NULL AND state > 0"
+	// keyColumn is the ordering key column. A binary collation, as the
+	// topic's: "A" and "a" are two keys whatever the database's collation.
+	keyColumn = "ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL"
 )
 
 // upgradeQueue brings the queue table @t (quoted, qualified; unquoted name
-// @name; @sql declared) to the current index set, idempotently: it
-// creates the expiry index, rebuilds a lease index that lacks the state
-// column, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on for every index where
+// @name; @sql declared) to the current index set, idempotently: it adds
+// the ordering_key column (a metadata-only change: nullable, no default),
+// rebuilds a pending index that does not include it, creates the key and
+// in-flight indexes, creates the expiry index,
+// rebuilds a lease index that lacks the state column, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on for every index where
 // the server has it (SQL Server 2019+, Azure SQL Database and Managed
 // Instance; 2016 and 2017 refuse the option, hence dynamic SQL). Index
 // builds are ONLINE on the editions that allow it (Enterprise and
 // Developer, Azure).
 const upgradeQueue = `IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	IF COL_LENGTH(@t, N'ordering_key') IS NULL
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' ADD ` + keyColumn + `';
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' ` + pendingIndex + `'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' ` + keyIndex + `'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' ` + inflightIndex + `'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' ` + expiryIndex + `'
@@ -307,8 +363,8 @@ END;
 // the sweeper, the expiry index DropExpired. The primary key is left
 // unnamed: constraint names share a namespace with table names in a
 // schema. The last statement (upgradeQueue) also upgrades a table an
-// earlier version made, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on where the
-// server has it: the identity key and the time-ordered indexes all insert
+// earlier version made, creates the ordering key indexes, and turns
+// OPTIMIZE_FOR_SEQUENTIAL_KEY on where the server has it: the identity key and the time-ordered indexes all insert
 // at their last page.
 func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	pending, leased := q.Name+"_pending", q.Name+"_leased"
@@ -325,10 +381,11 @@ CREATE TABLE ` + q.Table + ` (
 	created_at  datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
 	due_at      datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
 	lease_until datetime2(3)   NULL,
-	expires_at  datetime2(3)   NULL
+	expires_at  datetime2(3)   NULL,
+	` + keyColumn + `
 )`),
 		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
-CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` (due_at, id) INCLUDE (expires_at) WHERE state = 0`),
+CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` ` + pendingIndex),
 		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
 CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` ` + leasedIndex),
 		st(head + `DECLARE @name nvarchar(128) = ` + literal(q.Name) + `, @t nvarchar(300) = ` + literal(q.Table) + `, @sql nvarchar(max);
@@ -363,10 +420,10 @@ func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.St
 	var out []sqlqueue.Stmt
 	for start := 0; start < len(rows); start += MaxRowsPerInsert {
 		chunk := rows[start:min(start+MaxRowsPerInsert, len(rows))]
-		out = append(out, st(headNow+`INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at)
+		out = append(out, st(headNow+`INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at, ordering_key)
 SELECT v.uuid, v.headers, v.body, `+after("v.delay_ms")+`,
-	CASE WHEN v.ttl_ms > 0 THEN `+after("v.ttl_ms")+` END
-FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t') AS v
+	CASE WHEN v.ttl_ms > 0 THEN `+after("v.ttl_ms")+` END, v.ordering_key
+FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
 ORDER BY v.n;`, nv(rowsJSON(chunk))))
 	}
 	return out
@@ -374,11 +431,12 @@ ORDER BY v.n;`, nv(rowsJSON(chunk))))
 
 // rowsJSON encodes rows as the JSON array Insert reads: n (1-based
 // order), u (uuid), h (headers, a string), b (body, base64), d (delay)
-// and t (time-to-live) in milliseconds.
+// and t (time-to-live) in milliseconds, and k (the ordering key) when the
+// row has one (a missing k reads as NULL).
 func rowsJSON(rows []sqlqueue.InsertRow) string {
 	size := 2
 	for _, r := range rows {
-		size += 64 + len(r.UUID) + 2*len(r.Headers) + base64.StdEncoding.EncodedLen(len(r.Body))
+		size += 64 + len(r.UUID) + 2*len(r.Headers) + base64.StdEncoding.EncodedLen(len(r.Body)) + len(r.OrderingKey)
 	}
 	b := make([]byte, 0, size)
 	b = append(b, '[')
@@ -398,6 +456,10 @@ func rowsJSON(rows []sqlqueue.InsertRow) string {
 		b = strconv.AppendInt(b, ms(r.Delay), 10)
 		b = append(b, `,"t":`...)
 		b = strconv.AppendInt(b, ms(r.TTL), 10)
+		if r.OrderingKey != "" {
+			b = append(b, `,"k":`...)
+			b = appendJSONString(b, r.OrderingKey)
+		}
 		b = append(b, '}')
 	}
 	return string(append(b, ']'))
@@ -423,13 +485,45 @@ func appendJSONString(b []byte, s string) []byte {
 // index whatever the optimizer guesses for @now (a local variable) or
 // sniffs for TOP (@p1) at the first compile, which may happen on an empty,
 // just-created table.
+//
+// # Ordering keys
+//
+// A keyed row is claimed only when it heads its key: no row of the key
+// has a lower id (a seek of the key index), and no row of the key is
+// fetched or processing (a seek of the in-flight index). The pending
+// index seek keeps its pin; the two checks are NOT EXISTS subqueries on
+// their own table references, pinned to their own filtered indexes (their
+// predicates repeat the filters so that the indexes match), and reached
+// only for keyed rows the seek's other predicates accepted. Both are
+// locking reads without READPAST: a skipped row would read as absent and
+// let a later row of the key through.
+//
+// Why two claims never hold two rows of one key under READ COMMITTED
+// (locking, not snapshot: every read sees the latest committed row and
+// waits on uncommitted ones): say claim C2 takes row b of key k, then C1
+// takes row a < b while b is fetched or processing. C2's lower-id check is
+// HOLDLOCK (serializable on that reference): it range-locks the key
+// index's (k, < b) range until C2 commits, so a was either in that range
+// when C2 read it — C2 would have seen it (or waited for its insert to
+// commit) and not taken b — or inserted after C2 committed. Then b was
+// already fetched, and C1's in-flight check (which waits on C2's
+// uncommitted update, never reads past it) sees it. Unlike PostgreSQL,
+// inserts take no per-key lock: the locking reads and the range lock
+// close the window that out-of-order commits of concurrent publishes of
+// one key open. The same row twice is what UPDLOCK and READPAST exclude.
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
+	d := Dialect{}
 	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
 WITH c AS (
-	SELECT TOP (@p1) id, uuid, headers, body, attempts, state, owner, lease_until
-	FROM `+q.Table+` WITH (INDEX(`+Dialect{}.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)
-	ORDER BY due_at, id
+	SELECT TOP (@p1) p.id, p.uuid, p.headers, p.body, p.attempts, p.state, p.owner, p.lease_until
+	FROM `+q.Table+` AS p WITH (INDEX(`+d.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+		AND (p.ordering_key IS NULL OR (
+			NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WITH (INDEX(`+d.QuoteIdent(q.Name+"_key")+`), FORCESEEK, HOLDLOCK, ROWLOCK)
+				WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+			AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS f WITH (INDEX(`+d.QuoteIdent(q.Name+"_inflight")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+				WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
+	ORDER BY p.due_at, p.id
 )
 UPDATE c SET state = 1, owner = @p2, lease_until = `+after("@p3")+`
 OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;

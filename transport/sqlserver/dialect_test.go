@@ -215,12 +215,13 @@ func TestQuoting(t *testing.T) {
 
 // insertedRow is one row of Insert's JSON document.
 type insertedRow struct {
-	N       int    `json:"n"`
-	UUID    string `json:"u"`
-	Headers string `json:"h"`
-	Body    []byte `json:"b"` // base64, as OPENJSON's varbinary(max) reads it
-	DelayMS int64  `json:"d"`
-	TTLMS   int64  `json:"t"`
+	N       int     `json:"n"`
+	UUID    string  `json:"u"`
+	Headers string  `json:"h"`
+	Body    []byte  `json:"b"` // base64, as OPENJSON's varbinary(max) reads it
+	DelayMS int64   `json:"d"`
+	TTLMS   int64   `json:"t"`
+	Key     *string `json:"k"` // absent: no ordering key (OPENJSON reads NULL)
 }
 
 func insertedRows(t *testing.T, st sqlqueue.Stmt) []insertedRow {
@@ -287,12 +288,21 @@ func TestInsertDocumentRoundTrips(t *testing.T) {
 		{UUID: `a"b\c`, Headers: []byte(`{"k":"v \"q\" \u0001 ü 😀"}`), Body: []byte{0, 1, 2, 0xff}},
 		{UUID: "é", Headers: []byte(`{}`)},
 		{UUID: "x", Headers: []byte(`{}`), Body: bytes.Repeat([]byte("z"), 70000), Delay: 1500 * time.Millisecond, TTL: time.Hour},
+		{UUID: "k", Headers: []byte(`{}`), OrderingKey: `order "42" ü`},
 	}
 	got := insertedRows(t, Dialect{}.Insert(testQueue, in)[0])
 	for i, r := range in {
 		g := got[i]
 		if g.UUID != r.UUID || g.Headers != string(r.Headers) || !bytes.Equal(g.Body, r.Body) || g.DelayMS != ms(r.Delay) || g.TTLMS != ms(r.TTL) {
 			t.Errorf("row %d = %+v, want %+v", i, g, r)
+		}
+		if key := ""; g.Key != nil || r.OrderingKey != "" {
+			if g.Key != nil {
+				key = *g.Key
+			}
+			if g.Key == nil || key != r.OrderingKey {
+				t.Errorf("row %d ordering key = %q (present %v), want %q", i, key, g.Key != nil, r.OrderingKey)
+			}
 		}
 	}
 	if !strings.Contains(string(Dialect{}.Insert(testQueue, in[1:2])[0].Args[0].(mssql.NVarCharMax)), `"b":""`) {

@@ -81,6 +81,33 @@ BEGIN
 	SET @t = N'[app].' + QUOTENAME(@name);
 IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	IF COL_LENGTH(@t, N'ordering_key') IS NULL
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
@@ -119,12 +146,13 @@ CREATE TABLE [app].[berth_q_orders__billing] (
 	created_at  datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
 	due_at      datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME(),
 	lease_until datetime2(3)   NULL,
-	expires_at  datetime2(3)   NULL
+	expires_at  datetime2(3)   NULL,
+	ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL
 )`
 
 const goldenPendingIndex = `SET NOCOUNT ON;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_pending')
-CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing] (due_at, id) INCLUDE (expires_at) WHERE state = 0`
+CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing] (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0`
 
 const goldenLeasedIndex = `SET NOCOUNT ON;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_leased')
@@ -134,6 +162,33 @@ const goldenUpgradeQueue = `SET NOCOUNT ON;
 DECLARE @name nvarchar(128) = N'berth_q_orders__billing', @t nvarchar(300) = N'[app].[berth_q_orders__billing]', @sql nvarchar(max);
 IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	IF COL_LENGTH(@t, N'ordering_key') IS NULL
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
+		EXEC sp_executesql @sql;
+	END;
+	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
+			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
+				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
+	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
+	BEGIN
+		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
+			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+		EXEC sp_executesql @sql;
+	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
@@ -168,10 +223,10 @@ SELECT queue_table FROM [app].[berth_subscriptions] WHERE topic = @p1 ORDER BY c
 
 const goldenInsert2 = `SET NOCOUNT ON;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
-INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at)
+INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at, ordering_key)
 SELECT v.uuid, v.headers, v.body, DATEADD(millisecond, CAST(v.delay_ms % 1000 AS int), DATEADD(second, CAST(v.delay_ms / 1000 AS int), @now)),
-	CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END
-FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t') AS v
+	CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END, v.ordering_key
+FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
 ORDER BY v.n;`
 
 const goldenClaim = `SET NOCOUNT ON;
@@ -179,10 +234,15 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
 WITH c AS (
-	SELECT TOP (@p1) id, uuid, headers, body, attempts, state, owner, lease_until
-	FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)
-	ORDER BY due_at, id
+	SELECT TOP (@p1) p.id, p.uuid, p.headers, p.body, p.attempts, p.state, p.owner, p.lease_until
+	FROM [app].[berth_q_orders__billing] AS p WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+		AND (p.ordering_key IS NULL OR (
+			NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS e WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, HOLDLOCK, ROWLOCK)
+				WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+			AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+				WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
+	ORDER BY p.due_at, p.id
 )
 UPDATE c SET state = 1, owner = @p2, lease_until = DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now))
 OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;

@@ -44,6 +44,9 @@ func TestOneDeclarationListPerStatement(t *testing.T) {
 				Delay:   time.Duration(k) * time.Millisecond,
 				TTL:     time.Duration(size) * time.Hour,
 			}
+			if i%2 == 1 { // keyed and unkeyed rows share the text and declaration
+				rows[i].OrderingKey = strings.Repeat("k", 1+k%255)
+			}
 		}
 		refs := make([]sqlqueue.Ref, 1+k%300)
 		retries := make([]sqlqueue.RetryRef, len(refs))

@@ -151,6 +151,9 @@ var cases = []struct {
 	{"SubscribeToExistingQueueTakesNoTableLock", testSubscribeWhileWriting},
 	{"SweepDeadLettersStrayRows", testSweepStray},
 	{"SweeperSurvivesPanickingLogger", testSweeperPanickingLogger},
+	{"OrderedPerKeyAcrossInstances", testOrderedLedger},
+	{"OrderedClaimTakesOnlyHeads", testOrderedClaim},
+	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.

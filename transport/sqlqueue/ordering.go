@@ -1,0 +1,48 @@
+package sqlqueue
+
+import (
+	"bytes"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// QueueUpgrader is implemented by dialects that cannot bring an existing
+// queue table to the current columns with idempotent DDL alone (SQLite:
+// ALTER TABLE … ADD COLUMN has no IF NOT EXISTS). When it creates or
+// checks a queue, the engine runs the probe first, under the schema lock,
+// and runs the upgrade statements before CreateQueue's when the probe
+// answers true.
+//
+// The other dialects upgrade in CreateQueue itself (PostgreSQL's ADD
+// COLUMN IF NOT EXISTS, SQL Server's upgradeQueue batch) and in their
+// schema migrations.
+type QueueUpgrader interface {
+	// UpgradeQueue returns a statement answering one row with one
+	// boolean — true when q's table exists and lacks a current column —
+	// and the statements that add what it lacks.
+	UpgradeQueue(q Queue) (probe Stmt, upgrade []Stmt)
+}
+
+// orderingKeyField is how the ordering key's metadata key appears in a
+// row's headers (a JSON object).
+var orderingKeyField = []byte(`"` + transport.MetadataOrderingKey + `":`)
+
+// hasOrderingKey reports whether headers (a row's JSON metadata) hold an
+// ordering key. A false positive (a value that contains the key's name)
+// costs one needless wake-up.
+func hasOrderingKey(headers []byte) bool { return bytes.Contains(headers, orderingKeyField) }
+
+// unblocked wakes the pool's sources of this queue when any of ds, just
+// settled (completed or dead-lettered), had an ordering key: the next row
+// of its key is claimable now, and no insert, release or recovery sent a
+// wake-up for it, so a source that skipped its claim after a short one
+// (see Claim) or parked would otherwise wait for its next poll. Other
+// processes find the row at their next poll or probe.
+func (s *Source) unblocked(ds ...*transport.Delivery) {
+	for _, d := range ds {
+		if h, _ := d.Handle.(handle); h.keyed {
+			localWake.notify(wakeKey{s.e.db, s.q.Name})
+			return
+		}
+	}
+}
