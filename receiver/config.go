@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/wave"
 )
@@ -173,7 +172,9 @@ func (c Config) Validate() error {
 		bad("MaxRetryDelay", "must be ≥ 0, got %s", c.MaxRetryDelay)
 	}
 	if err := c.Wave.Validate(); err != nil {
-		bad("Wave", "%v", err)
+		// Wrapped, so errors.Is finds wave.ErrInvalidConfig as well as
+		// transport.ErrInvalidConfig.
+		errs = append(errs, fmt.Errorf("Wave: %w", err))
 	}
 	if d.MaxQueue < 1 {
 		bad("MaxQueue", "must be ≥ 1, got %d", c.MaxQueue)
@@ -191,26 +192,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
-}
-
-// ParseURL sets the fields named by URL query parameters (concurrency,
-// buffer, max_attempts, retry_delay, max_retry_delay, drain_timeout,
-// close_grace, wave_cap, empty_delay, max_queue, restart_queue, check_interval). Problems
-// are recorded in p.
-func (c *Config) ParseURL(p *urlparam.Params) {
-	const maxInt = 1 << 30
-	c.Concurrency = p.Int("concurrency", c.Concurrency, 1, 1<<20)
-	c.BufferSize = p.Int("buffer", c.BufferSize, 1, 1<<24)
-	c.MaxAttempts = p.Int("max_attempts", c.MaxAttempts, -1, maxInt)
-	c.RetryDelay = p.Duration("retry_delay", c.RetryDelay, -1, 24*time.Hour)
-	c.MaxRetryDelay = p.Duration("max_retry_delay", c.MaxRetryDelay, 0, 24*time.Hour)
-	c.DrainTimeout = p.Duration("drain_timeout", c.DrainTimeout, 0, time.Hour)
-	c.CloseGrace = p.Duration("close_grace", c.CloseGrace, 0, time.Hour)
-	c.Wave.Cap = p.Int("wave_cap", c.Wave.Cap, 1, 1<<16)
-	c.Wave.EmptyDelay = p.Duration("empty_delay", c.Wave.EmptyDelay, -1, time.Hour)
-	c.MaxQueue = p.Int("max_queue", c.MaxQueue, 1, maxInt)
-	c.RestartQueue = p.Int("restart_queue", c.RestartQueue, 0, maxInt)
-	c.CheckInterval = p.Duration("check_interval", c.CheckInterval, time.Millisecond, time.Hour)
 }
 
 // RetryDelayFor returns the redelivery delay after a nack of the given

@@ -33,7 +33,7 @@
 //
 //	sub, err := transport.OpenSubscriber(ctx, os.Getenv("BERTH_URL"))
 //
-// Query parameters map to config fields (see receiver.Config.ParseURL). A
+// Query parameters map to config fields (docs/configuration.md lists them). A
 // URL names a destination and how to use it, so one URL serves both sides:
 // each side accepts the other side's known parameters (checked, then
 // ignored). An unknown or invalid parameter is an error that names it and

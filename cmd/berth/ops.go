@@ -16,14 +16,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/berth-go/berth/internal/inspect"
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 func envURL() string { return os.Getenv("BERTH_URL") }
 
 // parseQueuePair reads "topic" or "topic:group".
-func parseQueuePair(s string) [2]string {
+func parseQueuePair(s string) sqlqueue.QueueRef {
 	t, g, _ := strings.Cut(s, ":")
-	return [2]string{t, g}
+	return sqlqueue.QueueRef{Topic: t, ConsumerGroup: g}
 }
 
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -50,7 +51,7 @@ DBAs who apply schema by hand (then run services with manual_schema=true).
 	if err := requireURL(*u); err != nil {
 		return err
 	}
-	var pairs [][2]string
+	var pairs []sqlqueue.QueueRef
 	for _, q := range queues {
 		pairs = append(pairs, parseQueuePair(q))
 	}

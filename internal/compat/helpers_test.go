@@ -15,7 +15,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/internal/testenv"
-	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqs"
 )
 
@@ -67,7 +66,7 @@ func createQueue(t *testing.T, api *awssqs.Client, name string, attrs map[string
 	return aws.ToString(out.QueueUrl)
 }
 
-func newTestSubscriber(t *testing.T, cfg sqs.SubscriberConfig) *receiver.Subscriber {
+func newTestSubscriber(t *testing.T, cfg sqs.SubscriberConfig) *sqs.Subscriber {
 	t.Helper()
 	if cfg.Client.Endpoint == "" {
 		cfg.Client = clientConfig(t)

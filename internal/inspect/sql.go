@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
@@ -80,9 +81,9 @@ func PlanSQL(rawURL string) (*SQL, error) {
 		}
 		p.Int("max_conns", 2, 2, 1000)
 		var sc sqlqueue.SubscriberConfig
-		sc.ParseURL(p)
+		sqlurl.Subscriber(p, &sc)
 		var pc sqlqueue.PublisherConfig
-		pc.ParseURL(p)
+		sqlurl.Publisher(p, &pc)
 		if err := p.Err(); err != nil {
 			return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 		}
@@ -102,9 +103,9 @@ func PlanSQL(rawURL string) (*SQL, error) {
 		}
 		p := urlparam.New(u.Query())
 		var sc sqlqueue.SubscriberConfig
-		sc.ParseURL(p)
+		sqlurl.Subscriber(p, &sc)
 		var pc sqlqueue.PublisherConfig
-		pc.ParseURL(p)
+		sqlurl.Publisher(p, &pc)
 		if err := p.Err(); err != nil {
 			return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 		}
@@ -213,7 +214,7 @@ func (s *SQL) Close() error {
 // DDL returns the schema script for DBAs: the shared tables and the queue
 // table of each (topic, group) pair. SQL Server's is sqlcmd-ready (GO
 // between batches).
-func (s *SQL) DDL(queues ...[2]string) string {
+func (s *SQL) DDL(queues ...sqlqueue.QueueRef) string {
 	if s.Kind == "sqlserver" {
 		return sqlserver.DDL(s.Tables, queues...)
 	}
@@ -274,7 +275,7 @@ func (s *SQL) Version(ctx context.Context) (have, want int, err error) {
 // does), then creates or upgrades the queue table of every subscription
 // and of each (topic, group) pair in queues. It returns the versions before
 // and after. The SQL Server session is checked first.
-func (s *SQL) Migrate(ctx context.Context, queues ...[2]string) (from, to int, err error) {
+func (s *SQL) Migrate(ctx context.Context, queues ...sqlqueue.QueueRef) (from, to int, err error) {
 	if c, ok := s.Dialect.(sqlqueue.SessionChecker); ok {
 		if err := c.Check(ctx, s.DB); err != nil {
 			return 0, 0, fmt.Errorf("session check: %w", err)
@@ -327,7 +328,7 @@ func (s *SQL) Migrate(ctx context.Context, queues ...[2]string) (from, to int, e
 		return from, want, err
 	}
 	for _, q := range queues {
-		subs = append(subs, sqlqueue.QueueFor(s.Dialect, s.Tables, q[0], q[1]))
+		subs = append(subs, sqlqueue.QueueFor(s.Dialect, s.Tables, q.Topic, q.ConsumerGroup))
 	}
 	for _, q := range subs {
 		err := s.inTx(ctx, func(tx *sql.Tx) error {

@@ -17,6 +17,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/internal/pipeurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
@@ -73,7 +74,7 @@ func OpenSQS(ctx context.Context, rawURL string) (*SQS, error) {
 	p.Duration("visibility_timeout", 0, time.Second, sqs.MaxVisibilityTimeout)
 	p.Duration("settle_interval", 0, -1, time.Minute)
 	var pc receiver.Config
-	pc.ParseURL(p)
+	pipeurl.Parse(p, &pc)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqs URL: %w", transport.ErrInvalidConfig, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/pipeurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
@@ -113,8 +114,15 @@ func (c SubscriberConfig) Validate() error {
 	return nil
 }
 
+// Subscriber is a Watermill message.Subscriber over a Broker: the shared
+// receive pipeline (receiver.Subscriber) over one source per topic, as
+// every transport's NewSubscriber returns.
+type Subscriber struct {
+	*receiver.Subscriber
+}
+
 // NewSubscriber returns a Watermill subscriber over the broker.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -123,7 +131,7 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*recei
 		vis = DefaultVisibilityTimeout
 	}
 	b, group := cfg.Broker, cfg.ConsumerGroup
-	return receiver.NewSubscriber(
+	rs, err := receiver.NewSubscriber(
 		func(_ context.Context, topic string) (transport.Source, error) {
 			return b.newSource(topic, group, vis), nil
 		},
@@ -134,6 +142,10 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*recei
 			System:        MessagingSystem,
 			ConsumerGroup: group,
 		})
+	if err != nil {
+		return nil, err
+	}
+	return &Subscriber{Subscriber: rs}, nil
 }
 
 // driver opens mem://NAME URLs: NAME selects a process-wide broker.
@@ -153,7 +165,7 @@ func brokerOf(u *url.URL) (*Broker, error) {
 func parseSubscriber(p *urlparam.Params, cfg *SubscriberConfig) {
 	cfg.ConsumerGroup = p.String("consumer_group", "")
 	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Millisecond, 12*time.Hour)
-	cfg.Pipeline.ParseURL(p)
+	pipeurl.Parse(p, &cfg.Pipeline)
 }
 
 func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {

@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/orderingtest"
-	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 )
@@ -41,7 +40,7 @@ func TestOrderedLedger(t *testing.T) {
 	ledger := orderingtest.New()
 	dead := make(chan struct{})
 	var handlers sync.WaitGroup
-	subs := make([]*receiver.Subscriber, instances)
+	subs := make([]*mem.Subscriber, instances)
 	killed := make([]chan struct{}, instances)
 	for i := range subs {
 		cfg := mem.SubscriberConfig{Broker: b, ConsumerGroup: group, VisibilityTimeout: time.Second}

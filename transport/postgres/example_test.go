@@ -9,7 +9,7 @@ import (
 
 // The DDL for DBAs who create tables by hand.
 func ExampleDialect() {
-	ddl := sqlqueue.DDL(postgres.Dialect{}, sqlqueue.Tables{}, [2]string{"orders", ""})
+	ddl := sqlqueue.DDL(postgres.Dialect{}, sqlqueue.Tables{}, sqlqueue.QueueRef{Topic: "orders"})
 	fmt.Println(len(ddl) > 0)
 	// Output: true
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -129,7 +130,7 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 	p := urlparam.New(u.Query())
 	var cfg PublisherConfig
 	cfg.DSN, cfg.MaxOpenConns = parseURL(u, p)
-	cfg.PublisherConfig.ParseURL(p)
+	sqlurl.Publisher(p, &cfg.PublisherConfig)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -144,7 +145,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	p := urlparam.New(u.Query())
 	var cfg SubscriberConfig
 	cfg.DSN, cfg.MaxOpenConns = parseURL(u, p)
-	cfg.SubscriberConfig.ParseURL(p)
+	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
 	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -151,7 +152,7 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 	}
 	p := urlparam.New(u.Query())
 	cfg := PublisherConfig{Path: path}
-	cfg.PublisherConfig.ParseURL(p)
+	sqlurl.Publisher(p, &cfg.PublisherConfig)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -169,7 +170,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	}
 	p := urlparam.New(u.Query())
 	cfg := SubscriberConfig{Path: path}
-	cfg.SubscriberConfig.ParseURL(p)
+	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
 	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)

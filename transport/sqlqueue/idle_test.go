@@ -3,12 +3,10 @@ package sqlqueue
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -46,15 +44,9 @@ func TestIdleSchedule(t *testing.T) {
 	}
 }
 
-// idle_probe_max reads into IdleProbeMax; out-of-range values are
-// ErrInvalidConfig naming the field.
+// Out-of-range IdleProbeMax values are ErrInvalidConfig naming the field
+// (internal/sqlurl's test reads idle_probe_max from a URL).
 func TestIdleProbeMaxConfig(t *testing.T) {
-	var c SubscriberConfig
-	p := urlparam.New(url.Values{"idle_probe_max": {"2s"}})
-	c.ParseURL(p)
-	if err := p.Err(); err != nil || c.IdleProbeMax != 2*time.Second {
-		t.Fatalf("idle_probe_max=2s: got %s, %v", c.IdleProbeMax, err)
-	}
 	if d := (SubscriberConfig{}).withDefaults().IdleProbeMax; d != DefaultIdleProbeMax {
 		t.Errorf("zero value: %s, want DefaultIdleProbeMax", d)
 	}

@@ -67,6 +67,14 @@ func NamesFor(d Dialect, t Tables) Names {
 	return n
 }
 
+// QueueRef names a queue by what subscribers know it by: a topic and a
+// consumer group ("" for the topic's default group). DDL and migration
+// tools take them.
+type QueueRef struct {
+	Topic         string
+	ConsumerGroup string
+}
+
 // QueueFor returns the queue of (topic, group) for t, quoted by d.
 func QueueFor(d Dialect, t Tables, topic, group string) Queue {
 	t = t.withDefaults()

@@ -247,7 +247,7 @@ func (e *engine) wrapQueueErr(q Queue, err error) error {
 // script for DBAs who apply schema by hand (then set Tables.ManualSchema).
 // Subscriptions are rows, not schema: subscribers record theirs at run
 // time.
-func DDL(d Dialect, t Tables, queues ...[2]string) string {
+func DDL(d Dialect, t Tables, queues ...QueueRef) string {
 	t = t.withDefaults()
 	n := NamesFor(d, t)
 	var b strings.Builder
@@ -267,9 +267,9 @@ func DDL(d Dialect, t Tables, queues ...[2]string) string {
 	if len(ms) > 0 {
 		write([]Stmt{d.SetSchemaVersion(n, ms[len(ms)-1].Version)})
 	}
-	for _, tg := range queues {
-		q := QueueFor(d, t, tg[0], tg[1])
-		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", tg[0], tg[1])
+	for _, r := range queues {
+		q := QueueFor(d, t, r.Topic, r.ConsumerGroup)
+		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", r.Topic, r.ConsumerGroup)
 		write(d.CreateQueue(q))
 	}
 	return b.String()

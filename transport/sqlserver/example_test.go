@@ -50,7 +50,7 @@ func ExampleNewSubscriber() {
 // The DDL for DBAs who apply schema by hand (then set
 // Tables.ManualSchema, URL manual_schema=true).
 func ExampleDDL() {
-	fmt.Print(sqlserver.DDL(sqlqueue.Tables{Schema: "app"}, [2]string{"orders", ""}))
+	fmt.Print(sqlserver.DDL(sqlqueue.Tables{Schema: "app"}, sqlqueue.QueueRef{Topic: "orders"}))
 	// Output:
 	// -- Berth SQL queue schema (sqlserver dialect); GO ends each batch (sqlcmd, SSMS)
 	//

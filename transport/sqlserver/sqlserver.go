@@ -122,7 +122,7 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueu
 // runs when it creates the schema itself, each batch ended by GO, as
 // sqlcmd and SSMS expect. Subscriptions are rows, not schema: subscribers
 // record theirs at run time.
-func DDL(t sqlqueue.Tables, queues ...[2]string) string {
+func DDL(t sqlqueue.Tables, queues ...sqlqueue.QueueRef) string {
 	d := Dialect{}
 	n := sqlqueue.NamesFor(d, t)
 	var b strings.Builder
@@ -146,8 +146,8 @@ func DDL(t sqlqueue.Tables, queues ...[2]string) string {
 		write(d.SetSchemaVersion(n, ms[len(ms)-1].Version))
 	}
 	for _, tg := range queues {
-		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", tg[0], tg[1])
-		write(d.CreateQueue(sqlqueue.QueueFor(d, t, tg[0], tg[1]))...)
+		fmt.Fprintf(&b, "-- queue of topic %q, consumer group %q\n", tg.Topic, tg.ConsumerGroup)
+		write(d.CreateQueue(sqlqueue.QueueFor(d, t, tg.Topic, tg.ConsumerGroup))...)
 	}
 	return b.String()
 }

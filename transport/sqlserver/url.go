@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 )
@@ -78,7 +79,7 @@ func ParsePublisherURL(u *url.URL) (PublisherConfig, error) {
 	var cfg PublisherConfig
 	dsn, maxConns, p := splitURL(u)
 	cfg.DSN, cfg.MaxOpenConns = dsn, maxConns
-	cfg.PublisherConfig.ParseURL(p)
+	sqlurl.Publisher(p, &cfg.PublisherConfig)
 	if err := p.Err(); err != nil {
 		return PublisherConfig{}, fmt.Errorf("%w: sqlserver URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -92,7 +93,7 @@ func ParseSubscriberURL(u *url.URL) (SubscriberConfig, error) {
 	var cfg SubscriberConfig
 	dsn, maxConns, p := splitURL(u)
 	cfg.DSN, cfg.MaxOpenConns = dsn, maxConns
-	cfg.SubscriberConfig.ParseURL(p)
+	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
 	if err := p.Err(); err != nil {
 		return SubscriberConfig{}, fmt.Errorf("%w: sqlserver URL: %w", transport.ErrInvalidConfig, err)
 	}

@@ -112,7 +112,7 @@ func TestMeasureClose(t *testing.T) {
 
 // idleSub is a subscriber consuming an empty queue, its long poll out.
 type idleSub struct {
-	sub *receiver.Subscriber
+	sub *Subscriber
 	url string
 }
 

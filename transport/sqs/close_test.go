@@ -185,7 +185,7 @@ func TestCloseLeavesNoMessageBehind(t *testing.T) {
 	})
 }
 
-func idleSubscriber(t *testing.T) (*awssqs.Client, string, *receiver.Subscriber, *countingSQS) {
+func idleSubscriber(t *testing.T) (*awssqs.Client, string, *Subscriber, *countingSQS) {
 	t.Helper()
 	api := rawClient(t)
 	topic := testenv.UniqueName("close")
@@ -207,7 +207,7 @@ func idleSubscriber(t *testing.T) (*awssqs.Client, string, *receiver.Subscriber,
 	return api, url, sub, polls
 }
 
-func closeWithin(t *testing.T, sub *receiver.Subscriber, d time.Duration) {
+func closeWithin(t *testing.T, sub *Subscriber, d time.Duration) {
 	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()

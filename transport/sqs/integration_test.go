@@ -56,7 +56,7 @@ func receiveRaw(t *testing.T, api *awssqs.Client, url string, visibility int32) 
 	return out.Messages
 }
 
-func newTestSubscriber(t *testing.T, cfg SubscriberConfig) *receiver.Subscriber {
+func newTestSubscriber(t *testing.T, cfg SubscriberConfig) *Subscriber {
 	t.Helper()
 	if cfg.Client.Endpoint == "" {
 		cfg.Client = clientConfig(t, nil)

@@ -18,7 +18,7 @@ import (
 // use and cached.
 // SubscribeInitialize creates (with Queue.Create) and subscribes the queue
 // without consuming.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ type opener struct {
 	logger watermill.LoggerAdapter
 }
 
-func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*receiver.Subscriber, error) {
+func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
@@ -54,7 +54,7 @@ func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermil
 		topics: newTopics(snsAPI, cfg.Queue),
 		logger: logger,
 	}
-	return receiver.NewSubscriber(o.open, receiver.SubscriberConfig{
+	rs, err := receiver.NewSubscriber(o.open, receiver.SubscriberConfig{
 		Pipeline: cfg.Pipeline,
 		Logger:   logger,
 		Initialize: func(topic string) error {
@@ -66,6 +66,20 @@ func newSubscriber(api API, snsAPI SNSAPI, cfg SubscriberConfig, logger watermil
 		DestinationName: o.queueName,
 		ConsumerGroup:   cfg.ConsumerGroup,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &Subscriber{Subscriber: rs}, nil
+}
+
+// Subscriber is a Watermill message.Subscriber (and
+// message.SubscribeInitializer) over SQS queues: the shared receive
+// pipeline (receiver.Subscriber: Subscribe, Close, Shutdown,
+// ListenerStates) over one source per topic. Every transport's
+// NewSubscriber returns its own type embedding receiver.Subscriber, as
+// sqlqueue.Subscriber and mem.Subscriber do.
+type Subscriber struct {
+	*receiver.Subscriber
 }
 
 // queueName is the queue a topic is consumed from.

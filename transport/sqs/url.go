@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/berth-go/berth/internal/pipeurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 )
@@ -68,7 +69,7 @@ func parseSubscriber(p *urlparam.Params, cfg *SubscriberConfig) {
 	cfg.WaitTime = p.Duration("wait_time", 0, -1, 20*time.Second)
 	cfg.VisibilityTimeout = p.Duration("visibility_timeout", 0, time.Second, MaxVisibilityTimeout)
 	cfg.SettleInterval = p.Duration("settle_interval", 0, -1, time.Minute)
-	cfg.Pipeline.ParseURL(p)
+	pipeurl.Parse(p, &cfg.Pipeline)
 }
 
 func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) (message.Publisher, error) {

@@ -35,9 +35,9 @@ type Dead struct {
 func Seed(t testing.TB, s *inspect.SQL, queues ...Queue) []string {
 	t.Helper()
 	ctx := context.Background()
-	pairs := make([][2]string, len(queues))
+	pairs := make([]sqlqueue.QueueRef, len(queues))
 	for i, q := range queues {
-		pairs[i] = [2]string{q.Topic, ""}
+		pairs[i] = sqlqueue.QueueRef{Topic: q.Topic}
 	}
 	if _, _, err := s.Migrate(ctx, pairs...); err != nil {
 		t.Fatalf("inspecttest: migrate: %v", err)

@@ -1,13 +1,19 @@
-package sqlqueue
+// Package sqlurl reads the SQL queue tables' URL query parameters into
+// sqlqueue's configs, for the postgres, sqlite and sqlserver URL parsers and
+// the inspect tools. It is internal so that no exported method takes the
+// internal urlparam type.
+package sqlurl
 
 import (
 	"time"
 
+	"github.com/berth-go/berth/internal/pipeurl"
 	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
-// ParseURL reads schema, table_prefix and manual_schema from p.
-func (t *Tables) ParseURL(p *urlparam.Params) {
+// Tables reads schema, table_prefix and manual_schema from p.
+func Tables(p *urlparam.Params, t *sqlqueue.Tables) {
 	if p.Has("schema") {
 		t.Schema = p.String("schema", t.Schema)
 	}
@@ -15,20 +21,20 @@ func (t *Tables) ParseURL(p *urlparam.Params) {
 	t.ManualSchema = p.Bool("manual_schema", t.ManualSchema)
 }
 
-// ParseURL reads the subscriber's URL parameters from p: the pipeline's
-// (see receiver.Config.ParseURL), the tables', and consumer_group,
+// Subscriber reads the subscriber's URL parameters from p: the pipeline's
+// (see pipeurl.Parse), the tables', and consumer_group,
 // lease, fetch_timeout, sweep_interval, wake_debounce, idle_probe_max,
 // settle_linger. One URL serves both sides, so the publisher's parameters (see
-// PublisherConfig.ParseURL) are accepted too: checked, then ignored.
+// Publisher) are accepted too: checked, then ignored.
 // Dialect drivers call it; problems are recorded in p.
-func (c *SubscriberConfig) ParseURL(p *urlparam.Params) {
-	c.parseURL(p)
-	new(PublisherConfig).parseURL(p)
+func Subscriber(p *urlparam.Params, c *sqlqueue.SubscriberConfig) {
+	subscriber(p, c)
+	publisher(p, new(sqlqueue.PublisherConfig))
 }
 
-func (c *SubscriberConfig) parseURL(p *urlparam.Params) {
-	c.Pipeline.ParseURL(p)
-	c.Tables.ParseURL(p)
+func subscriber(p *urlparam.Params, c *sqlqueue.SubscriberConfig) {
+	pipeurl.Parse(p, &c.Pipeline)
+	Tables(p, &c.Tables)
 	c.ConsumerGroup = p.String("consumer_group", c.ConsumerGroup)
 	c.Lease = p.Duration("lease", c.Lease, time.Second, 24*time.Hour)
 	c.FetchTimeout = p.Duration("fetch_timeout", c.FetchTimeout, time.Second, 24*time.Hour)
@@ -38,17 +44,17 @@ func (c *SubscriberConfig) parseURL(p *urlparam.Params) {
 	c.SettleLinger = p.Duration("settle_linger", c.SettleLinger, -1, time.Second)
 }
 
-// ParseURL reads the publisher's URL parameters from p: the tables', and
+// Publisher reads the publisher's URL parameters from p: the tables', and
 // max_message_size, delay, ttl, subscriptions_ttl, notify_window. One URL
 // serves both sides, so the subscriber's parameters (see
-// SubscriberConfig.ParseURL) are accepted too: checked, then ignored.
-func (c *PublisherConfig) ParseURL(p *urlparam.Params) {
-	c.parseURL(p)
-	new(SubscriberConfig).parseURL(p)
+// Subscriber) are accepted too: checked, then ignored.
+func Publisher(p *urlparam.Params, c *sqlqueue.PublisherConfig) {
+	publisher(p, c)
+	subscriber(p, new(sqlqueue.SubscriberConfig))
 }
 
-func (c *PublisherConfig) parseURL(p *urlparam.Params) {
-	c.Tables.ParseURL(p)
+func publisher(p *urlparam.Params, c *sqlqueue.PublisherConfig) {
+	Tables(p, &c.Tables)
 	c.MaxMessageSize = p.Int("max_message_size", c.MaxMessageSize, 1, 1<<30)
 	c.Delay = p.Duration("delay", c.Delay, 0, 365*24*time.Hour)
 	c.TTL = p.Duration("ttl", c.TTL, 0, 365*24*time.Hour)
