@@ -145,6 +145,14 @@ type SubscriberConfig struct {
 	// Negative means no linger. Defaults to DefaultSettleLinger (5ms). URL:
 	// settle_linger.
 	SettleLinger time.Duration
+	// FleetInterval, when positive, makes the subscriber report its
+	// listeners to the fleet tables every FleetInterval (one upsert per
+	// listener) and honour the paused table: a listener of a paused queue
+	// releases its prefetched rows and stops claiming within one interval,
+	// and claims again within one interval of the resume (see the package
+	// documentation, Fleet). The dialect must implement FleetDialect.
+	// Defaults to 0: off. URL: fleet_interval.
+	FleetInterval time.Duration
 
 	// Logger receives the subscriber's logs. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
@@ -214,6 +222,11 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if d.WakeDebounce > time.Second {
 		errs = append(errs, fmt.Errorf("WakeDebounce: must be ≤ 1s, got %s", c.WakeDebounce))
+	}
+	if c.FleetInterval < 0 || (c.FleetInterval > 0 && (c.FleetInterval < 10*time.Millisecond || c.FleetInterval > time.Hour)) {
+		errs = append(errs, fmt.Errorf("FleetInterval: must be from 10ms to 1h, or 0 for off, got %s", c.FleetInterval))
+	} else if _, ok := c.Dialect.(FleetDialect); c.FleetInterval > 0 && c.Dialect != nil && !ok {
+		errs = append(errs, fmt.Errorf("FleetInterval: the %s dialect keeps no fleet tables", c.Dialect.Name()))
 	}
 	if d.SettleBatch < 1 || d.SettleBatch > 1000 {
 		errs = append(errs, fmt.Errorf("SettleBatch: must be from 1 to 1000, got %d", c.SettleBatch))

@@ -264,9 +264,12 @@ type Names struct {
 	Subscriptions string // quoted, qualified subscriptions table
 	Errors        string // quoted, qualified error (dead-letter) table
 	Version       string // quoted, qualified schema version table
+	Listeners     string // quoted, qualified fleet listeners table (FleetDialect)
+	Paused        string // quoted, qualified paused queues table (FleetDialect)
 
 	// Unquoted names, for index names, constraint names and lock keys.
 	SubscriptionsName, ErrorsName, VersionName string
+	ListenersName, PausedName                  string
 }
 
 // Queue identifies one queue table.

@@ -60,10 +60,14 @@ func NamesFor(d Dialect, t Tables) Names {
 		SubscriptionsName: t.Prefix + "subscriptions",
 		ErrorsName:        t.Prefix + "errors",
 		VersionName:       t.Prefix + "schema_version",
+		ListenersName:     t.Prefix + "listeners",
+		PausedName:        t.Prefix + "paused",
 	}
 	n.Subscriptions = qualify(d, t.Schema, n.SubscriptionsName)
 	n.Errors = qualify(d, t.Schema, n.ErrorsName)
 	n.Version = qualify(d, t.Schema, n.VersionName)
+	n.Listeners = qualify(d, t.Schema, n.ListenersName)
+	n.Paused = qualify(d, t.Schema, n.PausedName)
 	return n
 }
 

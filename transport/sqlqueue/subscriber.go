@@ -2,6 +2,7 @@ package sqlqueue
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/berth-go/berth/receiver"
@@ -19,6 +20,7 @@ type Subscriber struct {
 
 	mu        sync.Mutex
 	notifier  *listener
+	fleet     *fleetReporter // nil unless FleetInterval > 0
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -42,7 +44,33 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, err
 	}
 	s.Subscriber = ts
+	if cfg.FleetInterval > 0 {
+		if s.fleet, err = newFleetReporter(s.e, fleetListeners{ts}, cfg); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// fleetListeners adapts the pipeline's subscriber to the fleet reporter.
+type fleetListeners struct{ *transport.Subscriber }
+
+func (f fleetListeners) PauseListener(ctx context.Context, name string) error {
+	var errs []error
+	for _, l := range f.Listeners() {
+		if l.Name() == name {
+			errs = append(errs, l.Pause(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f fleetListeners) ResumeListener(name string) {
+	for _, l := range f.Listeners() {
+		if l.Name() == name {
+			l.Resume()
+		}
+	}
 }
 
 // Stats returns the subscriber's round-trip and row counts, summed over
@@ -68,6 +96,7 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 		}
 		s.mu.Unlock()
 	}
+	s.fleet.start()
 	return newSource(s.e, s.cfg, q, true), nil
 }
 
@@ -95,7 +124,8 @@ func (s *Source) Stats() Stats { return s.e.ctrs.Snapshot() }
 // is closed. Idempotent; waits.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = s.Subscriber.Close()
+		ferr := s.fleet.close() // before the listeners: a paused one stays paused as it drains
+		s.closeErr = errors.Join(s.Subscriber.Close(), ferr)
 		s.mu.Lock()
 		n := s.notifier
 		s.notifier = nil
