@@ -171,7 +171,20 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"DeadLetterExpired": d.DeadLetterExpired(n, q, 3, "r", 10),
 		"DropExpired":       {d.DropExpired(q, 10)},
 		"DeadLetterStray":   d.DeadLetterStray(n, q, 10),
+		"FleetTables":       d.FleetTables(n),
+		"UpsertListener":    {d.UpsertListener(n, testListener)},
+		"FleetDeletes":      {d.DeleteListeners(n, "i"), d.DeleteStaleListeners(n)},
+		"Listeners":         {d.Listeners(n)},
+		"PauseQueue":        {d.PauseQueue(n, q.Name, "ops"), d.ResumeQueue(n, q.Name), d.PausedQueues(n)},
 	}
+}
+
+// testListener is a listeners-table row with every field set.
+var testListener = sqlqueue.ListenerRow{
+	Instance: "host/1/ab", Name: "orders", Queue: "berth_q_orders", Host: "host", PID: 1,
+	Status: "accepting", Loop: "running", Wave: 8, Buffered: 1, InFlight: 2, BatchPending: 3,
+	Latched: true, Faulted: true, Fault: "boom", FaultAt: time.UnixMilli(1), Rebuilds: 1,
+	LastReceive: time.UnixMilli(2), StartedAt: time.UnixMilli(3), Interval: time.Second,
 }
 
 func TestQuoting(t *testing.T) {

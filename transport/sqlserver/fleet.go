@@ -15,11 +15,18 @@ const nowMillis = `DATEDIFF_BIG(millisecond, '19700101', SYSUTCDATETIME())`
 // TABLE IF NOT EXISTS, hence OBJECT_ID. The listeners table's key is
 // NONCLUSTERED: instance_id and name may together exceed a clustered key's
 // 900 bytes (a topic of 255 and a group of 128 characters make a 384
-// character name), not a nonclustered key's 1,700.
-func (Dialect) FleetTables(n sqlqueue.Names) []sqlqueue.Stmt {
-	return []sqlqueue.Stmt{
-		st(head + `IF OBJECT_ID(` + literal(n.Listeners) + `, N'U') IS NULL
-CREATE TABLE ` + n.Listeners + ` (
+// character name), not a nonclustered key's 1,700. With a schema set it
+// also creates the schema, as VersionTable does (a pause may come before
+// any subscriber).
+func (d Dialect) FleetTables(n sqlqueue.Names) []sqlqueue.Stmt {
+	var out []sqlqueue.Stmt
+	if n.Schema != "" {
+		out = append(out, st(head+`IF SCHEMA_ID(`+literal(n.Schema)+`) IS NULL
+	EXEC(`+literal("CREATE SCHEMA "+d.QuoteIdent(n.Schema))+`)`))
+	}
+	return append(out,
+		st(head+`IF OBJECT_ID(`+literal(n.Listeners)+`, N'U') IS NULL
+CREATE TABLE `+n.Listeners+` (
 	instance_id   nvarchar(128) NOT NULL,
 	name          nvarchar(450) NOT NULL,
 	queue_table   nvarchar(128) NOT NULL,
@@ -42,13 +49,13 @@ CREATE TABLE ` + n.Listeners + ` (
 	updated_at    bigint        NOT NULL,
 	PRIMARY KEY NONCLUSTERED (instance_id, name)
 )`),
-		st(head + `IF OBJECT_ID(` + literal(n.Paused) + `, N'U') IS NULL
-CREATE TABLE ` + n.Paused + ` (
+		st(head+`IF OBJECT_ID(`+literal(n.Paused)+`, N'U') IS NULL
+CREATE TABLE `+n.Paused+` (
 	queue_table nvarchar(128) NOT NULL PRIMARY KEY,
 	paused_at   bigint        NOT NULL,
 	paused_by   nvarchar(max) NOT NULL
 )`),
-	}
+	)
 }
 
 // UpsertListener implements sqlqueue.FleetDialect: an UPDATE, and an
@@ -88,17 +95,26 @@ func (Dialect) Listeners(n sqlqueue.Names) sqlqueue.Stmt {
 
 // PauseQueue implements sqlqueue.FleetDialect: one INSERT … SELECT whose
 // NOT EXISTS holds its key-range lock (UPDLOCK, HOLDLOCK) to the insert, so
-// two operators pausing at once insert one row and neither fails.
+// two operators pausing at once insert one row and neither fails. Its
+// output goes through a table variable, as every row-returning statement
+// of the dialect (a bare OUTPUT fails on a table with triggers).
 func (Dialect) PauseQueue(n sqlqueue.Names, queue, by string) sqlqueue.Stmt {
-	return st(head+`INSERT INTO `+n.Paused+` (queue_table, paused_at, paused_by) OUTPUT inserted.queue_table
+	return st(head+`DECLARE @t TABLE (queue_table nvarchar(128) NOT NULL);
+INSERT INTO `+n.Paused+` (queue_table, paused_at, paused_by)
+OUTPUT inserted.queue_table INTO @t
 SELECT @p1, `+nowMillis+`, @p2
-WHERE NOT EXISTS (SELECT 1 FROM `+n.Paused+` WITH (UPDLOCK, HOLDLOCK) WHERE queue_table = @p1);`,
+WHERE NOT EXISTS (SELECT 1 FROM `+n.Paused+` WITH (UPDLOCK, HOLDLOCK) WHERE queue_table = @p1);
+SELECT queue_table FROM @t;`,
 		nv(queue), nv(by))
 }
 
 // ResumeQueue implements sqlqueue.FleetDialect.
 func (Dialect) ResumeQueue(n sqlqueue.Names, queue string) sqlqueue.Stmt {
-	return st(head+`DELETE FROM `+n.Paused+` OUTPUT deleted.queue_table WHERE queue_table = @p1;`, nv(queue))
+	return st(head+`DECLARE @t TABLE (queue_table nvarchar(128) NOT NULL);
+DELETE FROM `+n.Paused+`
+OUTPUT deleted.queue_table INTO @t
+WHERE queue_table = @p1;
+SELECT queue_table FROM @t;`, nv(queue))
 }
 
 // PausedQueues implements sqlqueue.FleetDialect.

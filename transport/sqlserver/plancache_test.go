@@ -70,6 +70,20 @@ func TestOneDeclarationListPerStatement(t *testing.T) {
 		send("Recover", d.Recover(q, size, k))
 		send("DeadLetterExpired", d.DeadLetterExpired(n, q, 1+size, strings.Repeat("x", k), k)...)
 		send("DropExpired", d.DropExpired(q, k))
+		// The fleet's statements with arguments, with values of many
+		// lengths and NULL times (sql.NullInt64 is a bigint either way).
+		// FleetTables, DeleteStaleListeners, Listeners and PausedQueues
+		// bind nothing: they reach the server as plain batches.
+		row := testListener
+		row.Instance, row.Name, row.Fault, row.Host = strings.Repeat("i", 1+k%120), topic, strings.Repeat("f", k), strings.Repeat("h", 1+size)
+		if size%2 == 0 {
+			row.FaultAt, row.LastReceive, row.StartedAt = time.Time{}, time.Time{}, time.Time{}
+		}
+		row.Latched, row.Faulted = size%2 == 0, size%3 == 0
+		send("UpsertListener", d.UpsertListener(n, row))
+		send("DeleteListeners", d.DeleteListeners(n, row.Instance))
+		send("PauseQueue", d.PauseQueue(n, qq.Name, strings.Repeat("b", k%50)))
+		send("ResumeQueue", d.ResumeQueue(n, qq.Name))
 	}
 	calls := f.Calls()
 	if len(calls) != len(order) {
