@@ -34,6 +34,10 @@ type QueueStats struct {
 	// Missing is true when the queue is known (subscribed, or has dead
 	// letters) but its table or queue does not exist.
 	Missing bool
+	// Paused is true when the queue is paused fleet-wide (SQL: a row of
+	// the paused table; see SQL.Pause); PausedBy says who or why.
+	Paused   bool   `json:",omitempty"`
+	PausedBy string `json:",omitempty"`
 }
 
 // DeadLetter is one dead-lettered message.

@@ -538,7 +538,7 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 		out = append(out, *st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
-	return out, nil
+	return out, s.markPaused(ctx, out)
 }
 
 // countParallel is how many queues Queues counts at once.
@@ -791,5 +791,7 @@ func (s *SQL) Queue(ctx context.Context, name string) (QueueStats, error) {
 			return QueueStats{}, fmt.Errorf("count %s: %w", q.Name, err)
 		}
 	}
-	return st, nil
+	one := []QueueStats{st}
+	err = s.markPaused(ctx, one)
+	return one[0], err
 }
