@@ -5,17 +5,26 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/berth-go/berth/internal/console"
+	"github.com/berth-go/berth/internal/faults"
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 var screenshots = flag.String("console.screenshots", "", "write PNG screenshots of the console's pages into this directory")
@@ -222,11 +231,12 @@ func TestBrowserDeadLetters(t *testing.T) {
 	}
 }
 
-// A read-only console shows no action and no selection box.
+// A read-only console shows no action and no selection box: no replay,
+// delete, pause or resume.
 func TestBrowserReadOnly(t *testing.T) {
 	c := startConsole(t, sqliteURL(t), console.Config{ReadOnly: true})
 	ctx := browser(t, nil)
-	for _, page := range []string{"/deadletters", "/deadletters/1", "/queues"} {
+	for _, page := range []string{"/deadletters", "/deadletters/1", "/queues", "/queues/" + c.queue, "/fleet"} {
 		run(t, ctx, chromedp.Navigate(c.http.URL+page), chromedp.WaitVisible(chromedp.CSS(`#read-only`)))
 		n := eval[int](t, ctx, `document.querySelectorAll("button[formaction], input[type=checkbox], form[method=post]").length`)
 		if n != 0 {
@@ -269,4 +279,178 @@ func TestBrowserPhoneDark(t *testing.T) {
 	shoot(t, ctx, "queues-phone-dark")
 	run(t, ctx, chromedp.Navigate(c.http.URL+"/deadletters"), chromedp.WaitVisible(chromedp.CSS(`#dead`)))
 	shoot(t, ctx, "deadletters-phone-dark")
+}
+
+// fleetSub starts a subscriber on rawURL's PostgreSQL schema that reports
+// to the fleet tables every 100ms and counts (and acks) what it handles of
+// topic; it is closed at cleanup.
+func fleetSub(t *testing.T, rawURL, topic string, handled *atomic.Int64, mut func(*sqlqueue.SubscriberConfig)) *sqlqueue.Subscriber {
+	t.Helper()
+	db, err := postgres.Open(rawURL, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}, FleetInterval: 100 * time.Millisecond, Closer: db}
+	cfg.Pipeline.Wave.EmptyDelay = 50 * time.Millisecond
+	cfg.Pipeline.DrainTimeout = 5 * time.Second
+	if mut != nil {
+		mut(&cfg)
+	}
+	sub, err := sqlqueue.NewSubscriber(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for m := range ch {
+			handled.Add(1)
+			m.Ack()
+		}
+	}()
+	return sub
+}
+
+func publish(t *testing.T, rawURL, topic string, n int) {
+	t.Helper()
+	db, err := postgres.Open(rawURL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: postgres.Dialect{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i := range n {
+		if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitCond polls cond (a Go-side condition: a subscriber's state, a row
+// count) until it holds.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+// The Fleet page shows a listener whose receive loop panicked as faulted,
+// with the fault's text, while the watchdog has not rebuilt it yet.
+func TestBrowserFleetFaulted(t *testing.T) {
+	u := testenv.PostgresSchemaURL(t)
+	c := startConsole(t, u, console.Config{Refresh: 200 * time.Millisecond})
+	var healthy, sick atomic.Int64
+	// The injector is process-wide: the faulted listener runs alone until
+	// its fault is reported, then the healthy one starts.
+	uninstall := faults.Install(faults.New().Panic(faults.Receive, 1))
+	defer uninstall()
+	fleetSub(t, u, "invoices", &sick, func(cfg *sqlqueue.SubscriberConfig) {
+		cfg.Pipeline.CheckInterval = time.Minute // no rebuild during the test
+	})
+	waitCond(t, "a faulted report", func() bool {
+		ls, _, err := c.src.Listeners(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ls) == 1 && ls[0].Faulted
+	})
+	uninstall()
+	fleetSub(t, u, "emails", &healthy, nil)
+	waitCond(t, "the healthy listener's report", func() bool {
+		ls, _, err := c.src.Listeners(context.Background())
+		return err == nil && len(ls) == 2
+	})
+	ctx := browser(t, nil)
+	row := `#fleet tr[data-name^="invoices "]`
+	run(t, ctx, chromedp.Navigate(c.http.URL+"/fleet"), chromedp.WaitVisible(chromedp.CSS(row)))
+	if got := textOf(t, ctx, row+` [data-status]`); got != "faulted" {
+		t.Errorf("faulted listener's status badge %q", got)
+	}
+	if got := eval[string](t, ctx, `document.querySelector('`+row+` [data-field="fault"]').textContent`); !strings.Contains(got, "injected") {
+		t.Errorf("fault text %q", got)
+	}
+	if got := textOf(t, ctx, `#fleet tr[data-name^="emails "] [data-status]`); got != "accepting" {
+		t.Errorf("healthy listener's status %q", got)
+	}
+	if got := textOf(t, ctx, `#summary`); !strings.Contains(got, "2 listener(s)") || !strings.Contains(got, "1 faulted") {
+		t.Errorf("summary %q", got)
+	}
+	run(t, ctx, chromedp.Click(chromedp.CSS(row+` details summary`)))
+	shoot(t, ctx, "fleet")
+	// Filtering as you type keeps the faulted one only.
+	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`#q`), "faulted"))
+	waitTrue(t, ctx, `document.querySelector('#fleet tr[data-name^="emails "]').hidden`)
+}
+
+// Pause from the queue page stops a running subscriber from claiming: it
+// releases what it holds, and messages published meanwhile stay pending
+// through several reporting intervals; resume from the queue list drains
+// them.
+func TestBrowserPauseResume(t *testing.T) {
+	u := testenv.PostgresSchemaURL(t)
+	c := startConsole(t, u, console.Config{Refresh: 200 * time.Millisecond})
+	var handled atomic.Int64
+	sub := fleetSub(t, u, "jobs", &handled, nil)
+	publish(t, u, "jobs", 5)
+	waitCond(t, "the first 5 messages", func() bool { return handled.Load() == 5 })
+	queue := sub.Queue("jobs").Name
+
+	ctx := browser(t, nil)
+	run(t, ctx, chromedp.Navigate(c.http.URL+"/queues/"+queue), chromedp.WaitVisible(chromedp.CSS(`#pause`)),
+		chromedp.SendKeys(chromedp.CSS(`#by`), "browser test"),
+		chromedp.Click(chromedp.CSS(`#pause`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
+	if q := textOf(t, ctx, `#question`); !strings.Contains(q, "Pause "+queue) {
+		t.Errorf("confirmation %q", q)
+	}
+	run(t, ctx, chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`#flash`)))
+	if f := textOf(t, ctx, `#flash`); !strings.HasPrefix(f, "Paused queue "+queue) {
+		t.Errorf("flash %q", f)
+	}
+	if got := textOf(t, ctx, `#pause-state`); !strings.Contains(got, "paused fleet-wide") {
+		t.Errorf("pause state %q", got)
+	}
+	waitCond(t, "the listener paused with nothing buffered", func() bool {
+		for _, st := range sub.ListenerStates() {
+			if st.Status != transport.StatusPaused || st.Buffered != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	publish(t, u, "jobs", 5)
+	ticks := sub.FleetStats().Ticks
+	waitCond(t, "three more reporting intervals", func() bool { return sub.FleetStats().Ticks >= ticks+3 })
+	if got := handled.Load(); got != 5 {
+		t.Fatalf("%d messages handled while paused", got-5)
+	}
+	// The queue list says paused and offers resume.
+	btn := `#resume-` + queue
+	run(t, ctx, chromedp.Navigate(c.http.URL+"/queues"), chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="`+queue+`"]`)))
+	if eval[bool](t, ctx, `document.querySelector('tr[data-queue="`+queue+`"] [data-field="paused"]').hidden`) {
+		t.Error("the queue list does not show the queue paused")
+	}
+	if got := textOf(t, ctx, `tr[data-queue="`+queue+`"] [data-field="ready"]`); got != "5" {
+		t.Errorf("pending while paused %q, want 5", got)
+	}
+	shoot(t, ctx, "queues-paused")
+	run(t, ctx, chromedp.Click(chromedp.CSS(btn)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
+		chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`#flash`)))
+	if f := textOf(t, ctx, `#flash`); !strings.HasPrefix(f, "Resumed queue "+queue) {
+		t.Errorf("flash %q", f)
+	}
+	waitCond(t, "the 5 messages published while paused", func() bool { return handled.Load() == 10 })
+	// The list follows live: the paused badge goes.
+	waitTrue(t, ctx, `document.querySelector('tr[data-queue="`+queue+`"] [data-field="paused"]').hidden`)
 }

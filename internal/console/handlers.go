@@ -42,6 +42,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/deadletters", s.apiDeadLetters)
 	mux.HandleFunc("GET /api/deadletters/{id}", s.apiDeadLetter)
 	mux.HandleFunc("POST /api/deadletters/{action}", s.apiAction)
+	mux.HandleFunc("GET /fleet", s.fleetPage)
+	mux.HandleFunc("GET /api/fleet", s.apiFleet)
+	mux.HandleFunc("POST /queues/{name}/{action}", s.pausePage)
+	mux.HandleFunc("POST /api/queues/{name}/{action}", s.apiPause)
 	return s.guard(mux)
 }
 
@@ -64,6 +68,10 @@ type queueView struct {
 	// two samples were taken.
 	DrainedPerMinute float64 `json:"drained_per_minute"`
 	Missing          bool    `json:"missing,omitempty"`
+	// Paused is true when the queue is paused fleet-wide; PausedBy says
+	// who or why.
+	Paused   bool   `json:"paused"`
+	PausedBy string `json:"paused_by,omitempty"`
 }
 
 // OldestReady is the age shown in the tables.
@@ -116,6 +124,7 @@ func (s *Server) viewOf(q inspect.QueueStats) queueView {
 		DeadLettered: q.DeadLettered, DeadMore: q.DeadLetteredMore,
 		DeadLetterQueue: q.DeadLetterQueue, OldestReadySecs: q.OldestReady.Seconds(),
 		DrainedPerMinute: s.history.rate(q.Queue), Missing: q.Missing,
+		Paused: q.Paused, PausedBy: q.PausedBy,
 	}
 }
 
@@ -524,13 +533,16 @@ type page struct {
 	Nav      string
 	Kind     string
 	ReadOnly bool
-	Refresh  int64 // milliseconds
-	Data     any
+	// Fleet is true when the source keeps the fleet tables: the Fleet page
+	// and the pause and resume actions exist.
+	Fleet   bool
+	Refresh int64 // milliseconds
+	Data    any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
 	var b bytes.Buffer
-	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
+	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
 	if err := s.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
 		s.fail(w, r, err)
 		return
@@ -543,17 +555,8 @@ func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"sortLink": func(cur sortState, key string) string {
-			q := url.Values{}
-			if cur.Q != "" {
-				q.Set("q", cur.Q)
-			}
-			q.Set("sort", key)
-			if cur.Key == key && !cur.Desc {
-				q.Set("desc", "1")
-			}
-			return "/queues?" + q.Encode()
-		},
+		"sortLink":      func(cur sortState, key string) string { return sortLink("/queues", cur, key) },
+		"fleetSortLink": func(cur sortState, key string) string { return sortLink("/fleet", cur, key) },
 		"ariaSort": func(cur sortState, key string) string {
 			if cur.Key != key {
 				return "none"
@@ -583,6 +586,19 @@ func parsePages() (map[string]*template.Template, error) {
 	return out, nil
 }
 
+// sortLink is the link of a sortable column's header on page.
+func sortLink(page string, cur sortState, key string) string {
+	q := url.Values{}
+	if cur.Q != "" {
+		q.Set("q", cur.Q)
+	}
+	q.Set("sort", key)
+	if cur.Key == key && !cur.Desc {
+		q.Set("desc", "1")
+	}
+	return page + "?" + q.Encode()
+}
+
 type sortState struct {
 	Q, Key string
 	Desc   bool
@@ -602,7 +618,7 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, "queues", "Queues", "queues", map[string]any{"Queues": qs, "Sort": st})
+	s.render(w, r, "queues", "Queues", "queues", map[string]any{"Queues": qs, "Sort": st, "Flash": pauseFlash(r.URL.Query())})
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
@@ -611,7 +627,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name))})
+	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name)), "Flash": pauseFlash(r.URL.Query())})
 }
 
 func (s *Server) historySVG(w http.ResponseWriter, r *http.Request) {

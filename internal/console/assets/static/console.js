@@ -34,6 +34,8 @@
   }
   function update(root, q) {
     const c = cells(q);
+    const paused = root.querySelector('[data-field="paused"]');
+    if (paused && "paused" in q) paused.hidden = !q.paused;
     Object.keys(c).forEach(function (k) {
       const el = root.querySelector('[data-field="' + k + '"]');
       if (!el) return;
@@ -41,6 +43,26 @@
       const target = link || el;
       if (target.textContent !== c[k]) target.textContent = c[k];
     });
+  }
+  // updateListener refreshes one row of the Fleet page; a listener that
+  // started since the page loaded shows after a reload.
+  function updateListener(table, l) {
+    const tr = table.querySelector('tr[data-key="' + CSS.escape(l.instance + " " + l.name) + '"]');
+    if (!tr) return;
+    const set = function (field, text) {
+      const el = tr.querySelector('[data-field="' + field + '"]');
+      if (el && el.textContent !== text) el.textContent = text;
+    };
+    ["wave", "buffered", "in_flight", "batch_pending", "rebuilds"].forEach(function (k) { set(k, String(l[k])); });
+    const t = tr.querySelector('[data-field="age"] time');
+    if (t) t.textContent = fmtAge(l.age_seconds) + " ago";
+    const st = tr.querySelector("[data-status]");
+    if (st && st.dataset.status !== l.status) {
+      st.dataset.status = l.status;
+      st.className = "badge status-" + l.status;
+      st.textContent = l.status;
+    }
+    tr.classList.toggle("stale", l.stale);
   }
   function stamp() {
     const el = document.getElementById("updated");
@@ -58,7 +80,9 @@
       const res = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
       if (!res.ok) return;
       const data = await res.json();
-      if (data.queues) {
+      if (data.listeners) {
+        data.listeners.forEach(function (l) { updateListener(poller, l); });
+      } else if (data.queues) {
         data.queues.forEach(function (q) {
           const tr = poller.querySelector('tr[data-queue="' + CSS.escape(q.name) + '"]');
           if (tr) update(tr, q);
