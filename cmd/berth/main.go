@@ -48,6 +48,7 @@ Usage:
   berth migrate [flags]  create or upgrade the SQL schema (--print: show the DDL)
   berth queues [flags]   each queue's ready, delayed, in-flight and dead-lettered counts
   berth dlq SUBCOMMAND   list, show, replay or purge dead letters
+  berth pause [flags]    pause a SQL queue fleet-wide (berth resume undoes it)
   berth console [flags]  serve a web console for queues and dead letters
   berth health [flags]   query a running service's health endpoint
   berth bench [flags]    run the benchmark scenarios, write results and SVG charts
@@ -56,7 +57,7 @@ Run 'berth <command> --help' for the command's flags.
 `
 
 // commands names the commands in the order the usage lists them.
-const commands = "demo, migrate, queues, dlq, console, health, bench"
+const commands = "demo, migrate, queues, dlq, pause, resume, console, health, bench"
 
 // run dispatches to a command and returns the process exit code. Every
 // error is printed once, on one line, prefixed with the command ("berth
@@ -77,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = queues(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		err = dlq(ctx, args[1:], stdout, stderr)
+	case "pause", "resume":
+		err = pauseCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "console":
 		err = consoleCmd(ctx, args[1:], stdout, stderr)
 	case "health":

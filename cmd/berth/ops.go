@@ -90,7 +90,8 @@ due: a delay or a retry backoff), in flight (received, not yet settled) and
 dead-lettered. SQL: every queue table (subscribed or found by its prefix),
 counted by state, and the error table's rows per queue. SQS: the
 approximate counts of every queue (optionally under --prefix) and of its
-dead-letter queue.`, stderr)
+dead-letter queue. PAUSED says which SQL queues are paused fleet-wide
+(berth pause).`, stderr)
 	u := fs.String("url", envURL(), "transport URL; default $BERTH_URL")
 	prefix := fs.String("prefix", "", "SQS: only queues whose name starts with this")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -129,7 +130,7 @@ dead-letter queue.`, stderr)
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QUEUE\tTOPIC\tGROUP\tREADY\tDELAYED\tIN FLIGHT\tDEAD\t")
+	fmt.Fprintln(tw, "QUEUE\tTOPIC\tGROUP\tREADY\tDELAYED\tIN FLIGHT\tDEAD\tPAUSED\t")
 	for _, q := range qs {
 		dead := strconv.FormatInt(q.DeadLettered, 10)
 		if q.DeadLetteredMore {
@@ -142,9 +143,76 @@ dead-letter queue.`, stderr)
 		if q.Missing {
 			name += " (missing)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n", name, dash(q.Topic), dash(q.Group), q.Ready, q.Delayed, q.InFlight, dead)
+		paused := "-"
+		if q.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", name, dash(q.Topic), dash(q.Group), q.Ready, q.Delayed, q.InFlight, dead, paused)
 	}
 	return tw.Flush()
+}
+
+// pauseCmd is berth pause and berth resume.
+func pauseCmd(ctx context.Context, action string, args []string, stdout, stderr io.Writer) error {
+	about := `
+Pauses a queue fleet-wide: within one reporting interval every subscriber
+started with fleet_interval (SubscriberConfig.FleetInterval) releases its
+prefetched messages of the queue and stops claiming from it, until berth
+resume. Publishing goes on. SQL transports only.`
+	synopsis := "berth pause --url URL --queue QUEUE [--by TEXT]"
+	if action == "resume" {
+		about = `
+Resumes a queue paused with berth pause (or the console): its listeners
+claim again within one reporting interval.`
+		synopsis = "berth resume --url URL --queue QUEUE"
+	}
+	fs := newFlags("berth "+action, synopsis, about, stderr)
+	u := fs.String("url", envURL(), "transport URL; default $BERTH_URL")
+	queue := fs.String("queue", "", "queue table or topic (required)")
+	var by *string
+	if action == "pause" {
+		by = fs.String("by", "berth pause", "who or why, shown with the pause")
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if err := requireURL(*u); err != nil {
+		return err
+	}
+	if *queue == "" {
+		return usagef("--queue is required")
+	}
+	s, err := inspect.OpenSQL(ctx, *u)
+	if err != nil {
+		if errors.Is(err, inspect.ErrNotSQL) {
+			return fmt.Errorf("%s works on SQL transports only: %w (SQS: see docs/console.md, Fleet)", action, err)
+		}
+		return err
+	}
+	defer s.Close()
+	var (
+		q       string
+		changed bool
+	)
+	if action == "pause" {
+		q, changed, err = s.Pause(ctx, *queue, *by)
+	} else {
+		q, changed, err = s.Resume(ctx, *queue)
+	}
+	if err != nil {
+		return err
+	}
+	done := map[string]string{"pause": "paused", "resume": "resumed"}[action]
+	if changed {
+		fmt.Fprintf(stdout, "%s %s\n", done, q)
+	} else {
+		fmt.Fprintf(stdout, "%s was already %s\n", q, done)
+	}
+	return nil
 }
 
 func dash(s string) string {
