@@ -14,7 +14,15 @@
 // The API mirrors them: GET /api/queues, /api/queues/{name},
 // /api/deadletters, /api/deadletters/{id}; POST
 // /api/deadletters/{replay,delete} with {"ids": […]} or {"all": true,
-// "filter": {…}}. Bad input is 400, an unknown queue or dead letter 404,
+// "filter": {…}}.
+//
+// With a FleetSource (inspect.SQL), /fleet lists the listeners that
+// subscribers with a FleetInterval report to the listeners table, with the
+// age of each report (stale past StaleIntervals of its interval) and badges
+// for faulted (with the fault and since when), latched and paused; GET
+// /api/fleet is its API. The queue page and list pause and resume a queue
+// fleet-wide (POST /queues/{name}/{pause,resume} with confirmation; POST
+// /api/queues/{name}/{pause,resume}). Bad input is 400, an unknown queue or dead letter 404,
 // an action on a read-only console 403; every message is one line of text.
 //
 // # Safety

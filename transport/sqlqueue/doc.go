@@ -149,4 +149,33 @@
 //
 // Stats counts statements by kind (claims, begins, completes, …) so
 // benchmarks and metrics can report round trips per message.
+//
+// # Fleet
+//
+// A subscriber with SubscriberConfig.FleetInterval (URL: fleet_interval=5s)
+// runs one more goroutine, which it owns: every interval it reads the
+// paused table (<prefix>paused: one row per queue table paused
+// fleet-wide) and pauses its listeners of paused queues — each releases
+// its prefetched rows and stops claiming, in-flight messages finish — and
+// resumes those it paused whose queue no longer is; then it writes one row
+// per listener to the listeners table (<prefix>listeners, keyed by
+// instance and listener name): status, loop state, wave, buffered, in
+// flight, batch pending, latched, fault and since when, rebuilds, last
+// receive. So a pause (PauseQueue; berth pause; the console) reaches every
+// reporting process within one interval, and so does a resume. A listener
+// paused by its own code (Listener.Pause) is left alone.
+//
+// The cost is one statement per listener per interval (an upsert: INSERT …
+// ON CONFLICT DO UPDATE on PostgreSQL and SQLite, UPDATE then INSERT when
+// it touched no row in one T-SQL batch on SQL Server) plus one read of the
+// paused table per subscriber per interval, and once in a hundred
+// intervals one delete of rows not updated for ten of their intervals (a
+// crashed process's); Subscriber.FleetStats counts them. Close stops the
+// goroutine, waits for it, and deletes the subscriber's rows. A failing
+// write or read is logged (the first, then at most one a minute) and tried
+// again at the next interval; it never stops or pauses a listener. The
+// tables are created (under the schema lock) at the first report unless
+// Tables.ManualSchema; times are Unix milliseconds, updated_at by the
+// database's clock (see FleetDialect). Dialects opt in by implementing
+// FleetDialect; PostgreSQL, SQLite and SQL Server do.
 package sqlqueue

@@ -1,0 +1,30 @@
+package sqlqueue_test
+
+import (
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/internal/urlparam"
+	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+func TestFleetIntervalURL(t *testing.T) {
+	p := urlparam.New(url.Values{"fleet_interval": {"5s"}})
+	var c sqlqueue.SubscriberConfig
+	c.ParseURL(p)
+	if err := p.Err(); err != nil || c.FleetInterval != 5*time.Second {
+		t.Fatalf("fleet_interval=5s: %v, %v", c.FleetInterval, err)
+	}
+	p = urlparam.New(url.Values{"fleet_interval": {"2h"}})
+	c.ParseURL(p)
+	if p.Err() == nil {
+		t.Fatal("fleet_interval=2h accepted")
+	}
+	err := sqlqueue.SubscriberConfig{FleetInterval: time.Millisecond}.Validate()
+	if !errors.Is(err, transport.ErrInvalidConfig) {
+		t.Fatalf("FleetInterval 1ms: %v", err)
+	}
+}
