@@ -553,8 +553,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"time":          func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"iso":           func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"sortLink":      func(cur sortState, key string) string { return sortLink("/queues", cur, key) },
 		"fleetSortLink": func(cur sortState, key string) string { return sortLink("/fleet", cur, key) },
 		"ariaSort": func(cur sortState, key string) string {
