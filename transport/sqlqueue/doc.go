@@ -163,7 +163,8 @@
 // flight, batch pending, latched, fault and since when, rebuilds, last
 // receive. So a pause (PauseQueue; berth pause; the console) reaches every
 // reporting process within one interval, and so does a resume. A listener
-// paused by its own code (Listener.Pause) is left alone.
+// already paused by its own code (Listener.Pause) is left alone, and not
+// resumed with the queue.
 //
 // The cost is one statement per listener per interval (an upsert: INSERT …
 // ON CONFLICT DO UPDATE on PostgreSQL and SQLite, UPDATE then INSERT when
@@ -175,7 +176,8 @@
 // write or read is logged (the first, then at most one a minute) and tried
 // again at the next interval; it never stops or pauses a listener. The
 // tables are created (under the schema lock) at the first report unless
-// Tables.ManualSchema; times are Unix milliseconds, updated_at by the
+// Tables.ManualSchema (then create them once with EnsureFleet, or let the
+// first PauseQueue do it); times are Unix milliseconds, updated_at by the
 // database's clock (see FleetDialect). Dialects opt in by implementing
 // FleetDialect; PostgreSQL, SQLite and SQL Server do.
 package sqlqueue

@@ -250,6 +250,9 @@ func (r *fleetReporter) applyPaused(ctx context.Context) error {
 		seen[st.Name] = true
 		switch {
 		case paused[r.queueOf(st)]:
+			if !r.ours[st.Name] && st.Status == transport.StatusPaused {
+				continue // paused by its owner: theirs to resume
+			}
 			if r.ours[st.Name] && st.Buffered == 0 && st.Status != transport.StatusAccepting && st.Status != transport.StatusTooBusy {
 				continue
 			}
