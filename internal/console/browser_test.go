@@ -19,12 +19,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/berth-go/berth/internal/console"
-	"github.com/berth-go/berth/internal/faults"
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/transporttest"
 )
 
 var screenshots = flag.String("console.screenshots", "", "write PNG screenshots of the console's pages into this directory")
@@ -346,19 +347,42 @@ func waitCond(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The Fleet page shows a listener whose receive loop panicked as faulted,
+// The Fleet page shows a listener whose source's Claim panicked as faulted,
 // with the fault's text, while the watchdog has not rebuilt it yet.
 func TestBrowserFleetFaulted(t *testing.T) {
 	u := testenv.PostgresSchemaURL(t)
 	c := startConsole(t, u, console.Config{Refresh: 200 * time.Millisecond})
-	var healthy, sick atomic.Int64
-	// The injector is process-wide: the faulted listener runs alone until
-	// its fault is reported, then the healthy one starts.
-	uninstall := faults.Install(faults.New().Panic(faults.Receive, 1))
-	defer uninstall()
-	fleetSub(t, u, "invoices", &sick, func(cfg *sqlqueue.SubscriberConfig) {
-		cfg.Pipeline.CheckInterval = time.Minute // no rebuild during the test
-	})
+	var healthy atomic.Int64
+	// The faulted listener: a pipeline over a source whose first Claim
+	// panics, reported by a FleetReporter.
+	db, err := postgres.Open(u, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}, FleetInterval: 100 * time.Millisecond}
+	cfg.Pipeline.CheckInterval = time.Minute // no rebuild during the test
+	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1)
+	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
+		src, err := sqlqueue.NewSource(ctx, cfg, topic)
+		if err != nil {
+			return nil, err
+		}
+		return transporttest.FaultySource(src, inj), nil
+	}, receiver.SubscriberConfig{Pipeline: cfg.Pipeline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rsub.Close() })
+	rep, err := sqlqueue.NewFleetReporter(cfg, sqlqueue.ReceiverMember(rsub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Start()
+	t.Cleanup(func() { _ = rep.Close() })
+	if _, err := rsub.Subscribe(context.Background(), "invoices"); err != nil {
+		t.Fatal(err)
+	}
 	waitCond(t, "a faulted report", func() bool {
 		ls, _, err := c.src.Listeners(context.Background())
 		if err != nil {
@@ -366,7 +390,6 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		}
 		return len(ls) == 1 && ls[0].Faulted
 	})
-	uninstall()
 	fleetSub(t, u, "emails", &healthy, nil)
 	waitCond(t, "the healthy listener's report", func() bool {
 		ls, _, err := c.src.Listeners(context.Background())

@@ -179,5 +179,7 @@
 // Tables.ManualSchema (then create them once with EnsureFleet, or let the
 // first PauseQueue do it); times are Unix milliseconds, updated_at by the
 // database's clock (see FleetDialect). Dialects opt in by implementing
-// FleetDialect; PostgreSQL, SQLite and SQL Server do.
+// FleetDialect; PostgreSQL, SQLite and SQL Server do. A pipeline built by
+// hand (receiver.NewSubscriber over NewSource) reports through
+// NewFleetReporter and ReceiverMember.
 package sqlqueue

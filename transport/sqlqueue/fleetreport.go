@@ -355,8 +355,9 @@ type FleetStats struct {
 }
 
 // FleetStats returns the fleet reporter's counts.
-func (s *Subscriber) FleetStats() FleetStats {
-	r := s.fleet
+func (s *Subscriber) FleetStats() FleetStats { return s.fleet.stats() }
+
+func (r *fleetReporter) stats() FleetStats {
 	if r == nil {
 		return FleetStats{}
 	}
@@ -368,3 +369,39 @@ func (s *Subscriber) FleetStats() FleetStats {
 		}
 	}
 }
+
+// FleetReporter reports the listeners of any FleetMember to the fleet
+// tables and applies the paused table to them, as a Subscriber with a
+// FleetInterval does for its own: for a pipeline built by hand
+// (receiver.NewSubscriber over NewSource, or a decorated source; see
+// ReceiverMember).
+type FleetReporter struct{ r *fleetReporter }
+
+// NewFleetReporter validates cfg (DB, Dialect, Tables, FleetInterval > 0,
+// StatementTimeout and Logger are used) and returns a reporter for m. It
+// starts nothing.
+func NewFleetReporter(cfg SubscriberConfig, m FleetMember) (*FleetReporter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.FleetInterval <= 0 {
+		return nil, fmt.Errorf("%w: FleetInterval: required, got %s", transport.ErrInvalidConfig, cfg.FleetInterval)
+	}
+	cfg = cfg.withDefaults()
+	r, err := newFleetReporter(newEngine(cfg.DB, cfg.Dialect, cfg.Tables), m, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &FleetReporter{r}, nil
+}
+
+// Start starts the reporting goroutine (the first report at once). A
+// no-op when started or closed.
+func (f *FleetReporter) Start() { f.r.start() }
+
+// Close stops the goroutine, waits for it and deletes the reported rows.
+// Idempotent.
+func (f *FleetReporter) Close() error { return f.r.close() }
+
+// Stats returns the reporter's counts.
+func (f *FleetReporter) Stats() FleetStats { return f.r.stats() }

@@ -52,8 +52,11 @@ func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
 	return s, nil
 }
 
-// fleetListeners adapts the pipeline's subscriber to the fleet reporter.
-type fleetListeners struct{ *transport.Subscriber }
+// ReceiverMember adapts a pipeline subscriber to the fleet reporter: its
+// listeners' states, and Pause/Resume of the listeners of a name.
+func ReceiverMember(s *receiver.Subscriber) FleetMember { return fleetListeners{s} }
+
+type fleetListeners struct{ *receiver.Subscriber }
 
 func (f fleetListeners) PauseListener(ctx context.Context, name string) error {
 	var errs []error

@@ -10,22 +10,20 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/berth-go/berth/internal/faults"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/transporttest"
 )
 
 // RunFleet runs the fleet cases (sqlqueue.FleetDialect, the reporter of
 // SubscriberConfig.FleetInterval, pause and resume across processes) on a
-// dialect; only h.Dialect and h.Open are used. The faulted-listener case
-// installs the process-wide fault injector, so RunFleet must not run in
-// parallel with other tests of its package; its other cases run in
-// parallel with each other.
+// dialect, in parallel; only h.Dialect and h.Open are used.
 func RunFleet(t *testing.T, h Harness) {
 	if _, ok := h.Dialect.(sqlqueue.FleetDialect); !ok {
 		t.Fatalf("%s does not implement sqlqueue.FleetDialect", h.Dialect.Name())
 	}
-	t.Run("FaultedListenerShowsFaulted", func(t *testing.T) { testFleetFaulted(t, h) })
+	t.Run("FaultedListenerShowsFaulted", func(t *testing.T) { t.Parallel(); testFleetFaulted(t, h) })
 	t.Run("Store", func(t *testing.T) { t.Parallel(); testFleetStore(t, h) })
 	t.Run("PauseStopsEveryProcess", func(t *testing.T) { t.Parallel(); testFleetPause(t, h) })
 	t.Run("OneUpsertPerListenerPerInterval", func(t *testing.T) { t.Parallel(); testFleetCost(t, h) })
@@ -335,21 +333,44 @@ func testFleetCost(t *testing.T, h Harness) {
 	}
 }
 
-// A listener whose receive loop panicked shows faulted in the listeners
+// A listener whose source's Claim panicked shows faulted in the listeners
 // table, with the fault's text and time, while the watchdog has not yet
-// rebuilt it.
+// rebuilt it. The pipeline runs over transporttest.FaultySource, reported
+// by a FleetReporter.
 func testFleetFaulted(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 4)
 	c := f.subConfig(db)
 	c.FleetInterval = fleetInterval
 	c.Pipeline.CheckInterval = time.Minute // the fault stays until the test ends
-	defer faults.Install(faults.New().Panic(faults.Receive, 1))()
-	sub := newSubscriber(t, c)
-	if _, err := sub.Subscribe(context.Background(), "fleet_faulted"); err != nil {
+	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1)
+	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
+		src, err := sqlqueue.NewSource(ctx, c, topic)
+		if err != nil {
+			return nil, err
+		}
+		return transporttest.FaultySource(src, inj), nil
+	}, receiver.SubscriberConfig{Pipeline: c.Pipeline, System: sqlqueue.MessagingSystem(f.h.Dialect)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rsub.Close() })
+	rep, err := sqlqueue.NewFleetReporter(c, sqlqueue.ReceiverMember(rsub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Start()
+	t.Cleanup(func() { _ = rep.Close() })
+	if _, err := rsub.Subscribe(context.Background(), "fleet_faulted"); err != nil {
 		t.Fatal(err)
 	}
 	var got sqlqueue.ListenerRow
+	defer func() {
+		if t.Failed() {
+			rows, _ := f.listeners(t, db)
+			t.Logf("rows %+v; states %+v; injected %d; reporter %+v", rows, rsub.ListenerStates(), inj.Hits(transporttest.AtReceive), rep.Stats())
+		}
+	}()
 	waitFor(t, 20*time.Second, "a faulted row", func() bool {
 		rows, _ := f.listeners(t, db)
 		for _, r := range rows {
@@ -363,7 +384,14 @@ func testFleetFaulted(t *testing.T, h Harness) {
 	if got.Status != "faulted" || !strings.Contains(got.Fault, "injected") || got.FaultAt.IsZero() || time.Since(got.FaultAt) > time.Minute {
 		t.Fatalf("faulted row %+v", got)
 	}
-	if got.Instance != sub.FleetStats().Instance {
-		t.Fatalf("row of instance %s, subscriber is %s", got.Instance, sub.FleetStats().Instance)
+	if got.Instance != rep.Stats().Instance || got.Queue != sqlqueue.QueueFor(f.h.Dialect, f.env.Tables, "fleet_faulted", "").Name {
+		t.Fatalf("row %+v, reporter %s", got, rep.Stats().Instance)
+	}
+	// Close deletes the reporter's rows.
+	if err := rep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := f.listeners(t, db); len(rows) != 0 {
+		t.Fatalf("rows left after Close: %+v", rows)
 	}
 }
