@@ -1,4 +1,4 @@
-package sqlqueue_test
+package sqlurl_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -14,12 +15,12 @@ import (
 func TestFleetIntervalURL(t *testing.T) {
 	p := urlparam.New(url.Values{"fleet_interval": {"5s"}})
 	var c sqlqueue.SubscriberConfig
-	c.ParseURL(p)
+	sqlurl.Subscriber(p, &c)
 	if err := p.Err(); err != nil || c.FleetInterval != 5*time.Second {
 		t.Fatalf("fleet_interval=5s: %v, %v", c.FleetInterval, err)
 	}
 	p = urlparam.New(url.Values{"fleet_interval": {"2h"}})
-	c.ParseURL(p)
+	sqlurl.Subscriber(p, &c)
 	if p.Err() == nil {
 		t.Fatal("fleet_interval=2h accepted")
 	}
