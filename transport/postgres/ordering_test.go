@@ -10,6 +10,7 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlqueue/sqlqueuetest"
 )
 
 // A database at schema version 1, with a subscribed queue table that has
@@ -51,18 +52,7 @@ func TestMigration2AddsOrderingKey(t *testing.T) {
 		t.Fatalf("key index after migration 2: %v, %v", idx, err)
 	}
 	src := newSource(t, db, "old", func(c *sqlqueue.SubscriberConfig) { c.ConsumerGroup = "g" })
-	ds, err := src.Claim(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, d := range ds {
-		m, err := src.Map(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.Payload))
-	}
+	_, got := sqlqueuetest.ClaimPayloads(t, src, 10)
 	if len(got) != 2 || got[0] != "\x00" || got[1] != "k1" {
 		t.Fatalf("claimed %q; want the old row and k1 (k2 waits behind k1)", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
+	"github.com/berth-go/berth/transport/sqlqueue/sqlqueuetest"
 )
 
 // A queue table made before schema version 2 (no ordering_key column) is
@@ -58,18 +59,7 @@ func TestUpgradeAddsOrderingKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close(ctx)
-	ds, err := src.Claim(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, d := range ds {
-		m, err := src.Map(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(m.Payload))
-	}
+	_, got := sqlqueuetest.ClaimPayloads(t, src, 10)
 	if len(got) != 2 || got[0] != "\x00" || got[1] != "k1" {
 		t.Fatalf("claimed %q; want the old row and k1 (k2 waits behind k1)", got)
 	}

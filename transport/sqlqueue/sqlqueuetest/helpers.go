@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -147,4 +148,24 @@ func withParams(t *testing.T, rawURL string, kv ...string) string {
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// ClaimPayloads claims up to n rows from src and returns the deliveries
+// and their payloads as strings, in claim order.
+func ClaimPayloads(t *testing.T, src *sqlqueue.Source, n int) ([]*transport.Delivery, []string) {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := src.Claim(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, 0, len(ds))
+	for _, d := range ds {
+		m, err := src.Map(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Payload))
+	}
+	return ds, got
 }

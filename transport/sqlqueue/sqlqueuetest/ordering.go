@@ -225,18 +225,7 @@ func testOrderedClaim(t *testing.T, h Harness) {
 	}
 	claim := func(want ...string) []*transport.Delivery {
 		t.Helper()
-		ds, err := src.Claim(ctx, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, d := range ds {
-			m, err := src.Map(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, string(m.Payload))
-		}
+		ds, got := ClaimPayloads(t, src, 100)
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
