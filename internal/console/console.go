@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +69,15 @@ type Config struct {
 	// Refresh is how often the pages poll for fresh counts. Defaults to
 	// DefaultRefresh.
 	Refresh time.Duration
+	// HealthURLs are the health endpoints of the services whose listeners
+	// the Fleet page shows, on any transport (on SQS the only way): each
+	// is the absolute http(s) URL of a health.Handler's report, such as
+	// http://svc:8081/healthz. The console GETs them when the Fleet page
+	// or /api/fleet is read, concurrently, each within HealthTimeout, at
+	// most once per HealthCacheTTL, reading at most MaxHealthResponse
+	// bytes; one that does not answer with a report shows as
+	// unreachable. Defaults to none.
+	HealthURLs []string
 	// Logger receives failed requests and sampler errors. Defaults to
 	// discarding.
 	Logger *slog.Logger
@@ -85,6 +95,7 @@ type Server struct {
 	pages   map[string]*template.Template
 	static  http.Handler
 	history *history
+	health  *healthPoller // nil without HealthURLs
 
 	mu      sync.Mutex
 	started bool
@@ -106,6 +117,9 @@ func New(cfg Config) (*Server, error) {
 		errs = append(errs, fmt.Errorf("PageSize %d is over 1000", cfg.PageSize))
 	}
 	if err := cfg.Auth.check(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkHealthURLs(cfg.HealthURLs); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -137,12 +151,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	static, _ := fs.Sub(assets, "assets/static")
-	return &Server{
+	srv := &Server{
 		cfg:     cfg,
 		pages:   pages,
 		static:  http.StripPrefix("/static/", http.FileServerFS(static)),
 		history: newHistory(cfg.Window),
-	}, nil
+	}
+	if len(cfg.HealthURLs) > 0 {
+		cfg.HealthURLs = slices.Clone(cfg.HealthURLs)
+		srv.cfg.HealthURLs = cfg.HealthURLs
+		srv.health = newHealthPoller(cfg.HealthURLs, cfg.Now)
+	}
+	return srv, nil
 }
 
 // Start starts the sampler, which records the queues' counts every
@@ -160,9 +180,13 @@ func (s *Server) Start() {
 	go s.sample(ctx)
 }
 
-// Close stops the sampler and waits for it, at most until ctx is done. It
-// is idempotent and safe before Start.
+// Close stops the sampler and waits for it, at most until ctx is done, and
+// drops the idle connections to the health endpoints. It is idempotent and
+// safe before Start.
 func (s *Server) Close(ctx context.Context) error {
+	if s.health != nil {
+		s.health.close()
+	}
 	s.mu.Lock()
 	stop, done := s.stop, s.done
 	s.mu.Unlock()

@@ -21,7 +21,15 @@ import (
 	"github.com/berth-go/berth/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The AWS SDK's HTTP transport (the SQS console and subscriber of
+		// the health-fleet tests) keeps idle keep-alive connections.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
 
 // seeded is a console over a seeded deployment.
 type seeded struct {

@@ -71,6 +71,20 @@ type listenerView struct {
 	// Paused is true when the queue is paused fleet-wide (the listener may
 	// not have seen it yet: compare Status).
 	QueuePaused bool `json:"queue_paused"`
+
+	// Via says where the row comes from: "table" (the SQL fleet tables)
+	// or "health" (a service's health endpoint, Config.HealthURLs; then
+	// Instance and HealthURL are the endpoint's URL, Service the name
+	// the source was registered with, Health its verdict, and UpdatedAt
+	// the service's CheckedAt).
+	Via       string `json:"via"`
+	HealthURL string `json:"health_url,omitempty"`
+	Service   string `json:"service,omitempty"`
+	Health    string `json:"health,omitempty"`
+	// Unreachable is a health endpoint that did not answer with a report;
+	// Error says why. Such a row has no listener name.
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Key identifies the row in the page.
@@ -88,7 +102,7 @@ func toListenerView(r inspect.Listener, now time.Time, paused map[string]bool) l
 		Status: r.Status, Loop: r.Loop, Wave: r.Wave, Buffered: r.Buffered, InFlight: r.InFlight,
 		BatchPending: r.BatchPending, Latched: r.Latched, Faulted: r.Faulted, Fault: r.Fault,
 		Rebuilds: r.Rebuilds, IntervalSecs: r.Interval.Seconds(), UpdatedAt: r.UpdatedAt.UTC(),
-		AgeSecs: max(now.Sub(r.UpdatedAt), 0).Seconds(), QueuePaused: paused[r.Queue],
+		AgeSecs: max(now.Sub(r.UpdatedAt), 0).Seconds(), QueuePaused: paused[r.Queue], Via: "table",
 	}
 	if !r.FaultAt.IsZero() {
 		v.FaultAt = r.FaultAt.UTC()
@@ -103,36 +117,46 @@ func toListenerView(r inspect.Listener, now time.Time, paused map[string]bool) l
 	return v
 }
 
-var errNoFleet = fmt.Errorf("%w: this transport keeps no fleet tables (SQS: see docs/console.md, Fleet)", errNotFound)
+var errNoFleet = fmt.Errorf("%w: this transport keeps no fleet tables and the console was given no health URLs (SQS: see docs/console.md, Fleet)", errNotFound)
 
-// fleetViews reads the listeners, filtered by q (name, queue, host,
-// instance or status) and sorted by key.
+// hasFleetPage reports whether the Fleet page exists: the source keeps
+// the fleet tables, or the console polls health endpoints.
+func (s *Server) hasFleetPage() bool { return s.fleet() != nil || s.health != nil }
+
+// fleetViews reads the listeners from the fleet tables and the health
+// endpoints, filtered by q (name, queue, host, instance, status, service
+// or state) and sorted by key.
 func (s *Server) fleetViews(ctx context.Context, q, key string, desc bool) ([]listenerView, error) {
-	f := s.fleet()
-	if f == nil {
+	if !s.hasFleetPage() {
 		return nil, errNoFleet
 	}
-	rows, now, err := f.Listeners(ctx)
-	if err != nil {
-		return nil, err
-	}
-	paused := map[string]bool{}
-	if p, ok := s.cfg.Source.(interface {
-		Paused(context.Context) ([]inspect.PausedQueue, error)
-	}); ok {
-		ps, err := p.Paused(ctx)
+	var all []listenerView
+	if f := s.fleet(); f != nil {
+		rows, now, err := f.Listeners(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, q := range ps {
-			paused[q.Queue] = true
+		paused := map[string]bool{}
+		if p, ok := s.cfg.Source.(interface {
+			Paused(context.Context) ([]inspect.PausedQueue, error)
+		}); ok {
+			ps, err := p.Paused(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, q := range ps {
+				paused[q.Queue] = true
+			}
+		}
+		for _, r := range rows {
+			all = append(all, toListenerView(r, now, paused))
 		}
 	}
-	out := make([]listenerView, 0, len(rows))
+	all = append(all, s.healthViews(ctx)...)
+	out := make([]listenerView, 0, len(all))
 	sub := strings.ToLower(strings.TrimSpace(q))
-	for _, r := range rows {
-		v := toListenerView(r, now, paused)
-		hay := strings.ToLower(strings.Join([]string{v.Name, v.Queue, v.Host, v.Instance, v.Status, stateWords(v)}, " "))
+	for _, v := range all {
+		hay := strings.ToLower(strings.Join([]string{v.Name, v.Queue, v.Host, v.Instance, v.Status, v.Service, stateWords(v)}, " "))
 		if sub == "" || strings.Contains(hay, sub) {
 			out = append(out, v)
 		}
@@ -143,7 +167,7 @@ func (s *Server) fleetViews(ctx context.Context, q, key string, desc bool) ([]li
 // stateWords are the badges a filter can match ("stale", "latched"…).
 func stateWords(v listenerView) string {
 	var w []string
-	for word, on := range map[string]bool{"stale": v.Stale, "latched": v.Latched, "faulted": v.Faulted, "paused": v.QueuePaused} {
+	for word, on := range map[string]bool{"stale": v.Stale, "latched": v.Latched, "faulted": v.Faulted, "paused": v.QueuePaused, "unreachable": v.Unreachable} {
 		if on {
 			w = append(w, word)
 		}
@@ -210,8 +234,11 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var faulted, latched, stale int
+	var faulted, latched, stale, unreachable int
 	for _, l := range ls {
+		if l.Unreachable {
+			unreachable++
+		}
 		if l.Faulted {
 			faulted++
 		}
@@ -223,7 +250,7 @@ func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, "fleet", "Fleet", "fleet", map[string]any{
-		"Listeners": ls, "Sort": st, "Faulted": faulted, "Latched": latched, "Stale": stale, "StaleIntervals": StaleIntervals,
+		"Listeners": ls, "Sort": st, "Faulted": faulted, "Latched": latched, "Stale": stale, "Unreachable": unreachable, "StaleIntervals": StaleIntervals,
 	})
 }
 

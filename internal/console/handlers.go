@@ -533,16 +533,19 @@ type page struct {
 	Nav      string
 	Kind     string
 	ReadOnly bool
-	// Fleet is true when the source keeps the fleet tables: the Fleet page
-	// and the pause and resume actions exist.
-	Fleet   bool
-	Refresh int64 // milliseconds
-	Data    any
+	// Fleet is true when the source keeps the fleet tables: the pause and
+	// resume actions exist.
+	Fleet bool
+	// FleetPage is true when the Fleet page exists: fleet tables or
+	// health URLs.
+	FleetPage bool
+	Refresh   int64 // milliseconds
+	Data      any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
 	var b bytes.Buffer
-	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
+	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, FleetPage: s.hasFleetPage(), Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
 	if err := s.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
 		s.fail(w, r, err)
 		return
