@@ -18,12 +18,19 @@ import (
 )
 
 func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("berth console", "berth console --url URL [--addr 127.0.0.1:8080] [--read-only]", `
+	fs := newFlags("berth console", "berth console --url URL [--addr 127.0.0.1:8080] [--read-only] [--health-url URL]...", `
 Serves a web console for the deployment of a transport URL (postgres://,
 sqlite://, sqlserver://, sqs://): every queue's counts with an hour of
 history sampled while it runs, and the dead letters to browse, replay and
 delete. The pages and a JSON API (/api/queues, /api/deadletters, …) are
 served from this binary.
+
+The Fleet page lists the running listeners: on SQL transports those that
+report to the fleet tables (fleet_interval), and on any transport (on SQS
+the only way) those of the services whose health endpoints are given with
+--health-url (repeatable; a health.Handler's report, such as
+http://svc:8081/healthz), read when the page loads, each within 2s; a
+service that does not answer shows as unreachable.
 
 Credentials come from the environment: BERTH_CONSOLE_TOKEN (sent as
 "Authorization: Bearer TOKEN"), and/or BERTH_CONSOLE_USER with
@@ -34,6 +41,8 @@ every action and the API refuses them.`, stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address (host:port)")
 	readOnly := fs.Bool("read-only", false, "no replay or delete")
 	sample := fs.Duration("sample", console.DefaultSampleInterval, "how often to sample the queues' counts")
+	var healthURLs multi
+	fs.Var(&healthURLs, "health-url", "a service's health endpoint for the Fleet page, such as http://svc:8081/healthz (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -49,6 +58,11 @@ every action and the API refuses them.`, stderr)
 	}
 	if *sample < time.Second {
 		return usagef("--sample must be at least 1s, got %s", *sample)
+	}
+	for _, h := range healthURLs {
+		if err := console.CheckHealthURL(h); err != nil {
+			return usagef("--health-url %s", err)
+		}
 	}
 	auth := console.AuthFromEnv(os.Getenv)
 	if err := console.CheckListen(*addr, auth); err != nil {
@@ -69,7 +83,8 @@ every action and the API refuses them.`, stderr)
 	}
 	srv, err := console.New(console.Config{
 		Source: src, Kind: kind, ReadOnly: *readOnly, Auth: auth, SampleInterval: *sample,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		HealthURLs: healthURLs,
+		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return usagef("%s", errorText(err))

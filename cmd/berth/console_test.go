@@ -22,6 +22,7 @@ func TestConsoleUsage(t *testing.T) {
 		{[]string{"console", "--url", db, "--addr", ":8080"}, "refusing to listen"},
 		{[]string{"console", "--url", db, "--sample", "10ms"}, "--sample must be at least 1s"},
 		{[]string{"console"}, "--url is required"},
+		{[]string{"console", "--url", db, "--health-url", "http://svc:8081/healthz", "--health-url", "svc:8081/healthz"}, `--health-url "svc:8081/healthz": want an absolute http:// or https:// URL`},
 	} {
 		code, stdout, stderr := runCmd(t, tc.args...)
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) || !strings.HasPrefix(stderr, "berth console: ") {

@@ -4,7 +4,7 @@
 //	berth migrate --url URL [--print] [--queue TOPIC[:GROUP]]…
 //	berth queues  --url URL [--json]
 //	berth dlq     list | show ID | replay | purge  --url URL [filters] [--dry-run]
-//	berth console --url URL [--addr 127.0.0.1:8080] [--read-only]
+//	berth console --url URL [--addr 127.0.0.1:8080] [--read-only] [--health-url URL]…
 //	berth health  --addr http://host:port[/path]
 //	berth bench   [--scenario NAME]… [--scale F] [--out DIR] [--allow-skip]
 //
@@ -49,7 +49,7 @@ Usage:
   berth queues [flags]   each queue's ready, delayed, in-flight and dead-lettered counts
   berth dlq SUBCOMMAND   list, show, replay or purge dead letters
   berth pause [flags]    pause a SQL queue fleet-wide (berth resume undoes it)
-  berth console [flags]  serve a web console for queues and dead letters
+  berth console [flags]  serve a web console for queues, dead letters and the fleet
   berth health [flags]   query a running service's health endpoint
   berth bench [flags]    run the benchmark scenarios, write results and SVG charts
 

@@ -25,17 +25,25 @@ const (
 	MaxHealthResponse = 1 << 20
 )
 
-// checkHealthURLs reports every HealthURLs entry that is not an absolute
-// http or https URL.
+// CheckHealthURL reports whether raw can be one of Config.HealthURLs: an
+// absolute http:// or https:// URL.
+func CheckHealthURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q: want an absolute http:// or https:// URL, such as http://svc:8081/healthz", raw)
+	}
+	return nil
+}
+
+// checkHealthURLs reports every HealthURLs entry CheckHealthURL refuses.
 func checkHealthURLs(us []string) error {
 	var errs []error
 	for i, raw := range us {
-		u, err := url.Parse(raw)
-		switch {
-		case err != nil:
+		if err := CheckHealthURL(raw); err != nil {
 			errs = append(errs, fmt.Errorf("HealthURLs[%d]: %w", i, err))
-		case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			errs = append(errs, fmt.Errorf("HealthURLs[%d] %q: want an absolute http:// or https:// URL, such as http://svc:8081/healthz", i, raw))
 		}
 	}
 	return errors.Join(errs...)
