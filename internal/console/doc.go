@@ -20,7 +20,11 @@
 // subscribers with a FleetInterval report to the listeners table, with the
 // age of each report (stale past StaleIntervals of its interval) and badges
 // for faulted (with the fault and since when), latched and paused; GET
-// /api/fleet is its API. The queue page and list pause and resume a queue
+// /api/fleet is its API. With Config.HealthURLs, on any transport (on SQS
+// the only way), /fleet also lists every listener of the services behind
+// those health endpoints (health.Handler reports), read on demand at most
+// once per HealthCacheTTL; an endpoint that gives no report is a row marked
+// unreachable. The queue page and list pause and resume a queue
 // fleet-wide (POST /queues/{name}/{pause,resume} with confirmation; POST
 // /api/queues/{name}/{pause,resume}). Bad input is 400, an unknown queue or dead letter 404,
 // an action on a read-only console 403; every message is one line of text.

@@ -18,7 +18,8 @@ import (
 // FleetSource is a Source that also keeps the fleet tables (the listeners
 // running subscribers report, and the queues paused fleet-wide):
 // *inspect.SQL. With one, the console shows the Fleet page and pause and
-// resume actions; without (SQS), neither.
+// resume actions; without (SQS), no pause, and a Fleet page only with
+// Config.HealthURLs.
 type FleetSource interface {
 	// Listeners returns the reported listeners and the database's clock.
 	Listeners(ctx context.Context) ([]inspect.Listener, time.Time, error)
