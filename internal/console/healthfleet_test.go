@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ import (
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	_ "github.com/berth-go/berth/transport/all" // sqs://
-	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/transporttest"
 )
@@ -63,8 +65,8 @@ func startSQSFleet(t *testing.T) sqsFleet {
 	ctx := context.Background()
 	f := sqsFleet{healthy: testenv.UniqueName("orders"), faulted: "invoices"}
 
-	// The service: an SQS subscriber, and a pipeline over a PostgreSQL
-	// source whose first Claim panics (no rebuild during the test), both
+	// The service: an SQS subscriber, and a pipeline over a SQLite
+	// source whose Claim panics, both
 	// watched by the real health handler.
 	sub, err := transport.OpenSubscriber(ctx, sqsURL+"&create=true&wait_time=1s")
 	if err != nil {
@@ -76,15 +78,16 @@ func startSQSFleet(t *testing.T) sqsFleet {
 	if _, err := sub.Subscribe(subCtx, f.healthy); err != nil {
 		t.Fatal(err)
 	}
-	pgURL := testenv.PostgresSchemaURL(t)
-	db, err := postgres.Open(pgURL, 4)
+	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "svc.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = db.Close() })
-	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}}
+	t.Cleanup(func() { _ = closer.Close() })
+	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: sqlite.Dialect{}}
 	cfg.Pipeline.CheckInterval = time.Minute
-	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1)
+	// Every Claim panics, so the listener is faulted again at once should
+	// anything rebuild it while the test looks.
+	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, math.MaxInt32)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
 		src, err := sqlqueue.NewSource(ctx, cfg, topic)
 		if err != nil {
@@ -211,7 +214,14 @@ func TestFleetFromHealthEndpoints(t *testing.T) {
 // service.
 func TestBrowserFleetHealthEndpoints(t *testing.T) {
 	f := startSQSFleet(t)
-	waitCond(t, "the faulted listener", func() bool { return fleetRows(t, f.console, "")[f.service+" "+f.faulted].Faulted })
+	var rows map[string]fleetRow
+	deadline := time.Now().Add(30 * time.Second)
+	for rows = fleetRows(t, f.console, ""); !rows[f.service+" "+f.faulted].Faulted; rows = fleetRows(t, f.console, "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the faulted listener; rows %+v", rows)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not synchronising
+	}
 	ctx := browser(t, nil)
 	row := `#fleet tr[data-name^="` + f.faulted + ` "]`
 	run(t, ctx, chromedp.Navigate(f.console+"/fleet"), chromedp.WaitVisible(chromedp.CSS(row)))
