@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/berth-go/berth/internal/console"
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/inspect/inspecttest"
+	"github.com/berth-go/berth/internal/sqlservertest"
 	"github.com/berth-go/berth/internal/testenv"
 )
 
@@ -104,8 +106,42 @@ func do(t *testing.T, method, u, body string, hdr ...string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-func TestAPI(t *testing.T) {
-	c := startConsole(t, sqliteURL(t), console.Config{})
+// sqlURLs runs fn against a fresh SQLite file, a fresh PostgreSQL schema
+// and, when BERTH_TEST_SQLSERVER_URL is set, a fresh SQL Server schema
+// (dropped at cleanup): the console's statements go through each dialect.
+func sqlURLs(t *testing.T, fn func(t *testing.T, rawURL string)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, sqliteURL(t)) })
+	t.Run("postgres", func(t *testing.T) { fn(t, testenv.PostgresSchemaURL(t)) })
+	t.Run("sqlserver", func(t *testing.T) {
+		base := testenv.SQLServerURL(t)
+		schema := testenv.UniqueName("berth")
+		db, err := sql.Open("sqlserver", base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := sqlservertest.DropSchema(ctx, db, schema); err != nil {
+				t.Error(err)
+			}
+			_ = db.Close()
+		})
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("schema", schema)
+		u.RawQuery = q.Encode()
+		fn(t, u.String())
+	})
+}
+
+func TestAPI(t *testing.T) { sqlURLs(t, testAPI) }
+
+func testAPI(t *testing.T, rawURL string) {
+	c := startConsole(t, rawURL, console.Config{})
 	base := c.http.URL
 
 	code, body := do(t, "GET", base+"/api/queues?sort=ready&desc=1", "")
@@ -162,8 +198,10 @@ func TestAPI(t *testing.T) {
 	}
 }
 
-func TestBadInput(t *testing.T) {
-	c := startConsole(t, sqliteURL(t), console.Config{})
+func TestBadInput(t *testing.T) { sqlURLs(t, testBadInput) }
+
+func testBadInput(t *testing.T, rawURL string) {
+	c := startConsole(t, rawURL, console.Config{})
 	base := c.http.URL
 	for _, tc := range []struct {
 		method, path, body string
