@@ -297,7 +297,7 @@ func fleetSub(t *testing.T, rawURL, topic string, handled *atomic.Int64, mut fun
 	if mut != nil {
 		mut(&cfg)
 	}
-	sub, err := sqlqueue.NewSubscriber(cfg)
+	sub, err := sqlqueue.NewSubscriber(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func publish(t *testing.T, rawURL, topic string, n int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: postgres.Dialect{}})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: postgres.Dialect{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestBrowserFleetFaulted(t *testing.T) {
 	cfg.Pipeline.CheckInterval = time.Minute
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1<<30)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, cfg, topic)
+		src, err := sqlqueue.NewSource(ctx, cfg, topic, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -375,7 +375,7 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rsub.Close() })
-	rep, err := sqlqueue.NewFleetReporter(cfg, sqlqueue.ReceiverMember(rsub))
+	rep, err := sqlqueue.NewFleetReporter(cfg, sqlqueue.ReceiverMember(rsub), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

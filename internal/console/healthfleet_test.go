@@ -89,7 +89,7 @@ func startSQSFleet(t *testing.T) sqsFleet {
 	// anything rebuild it while the test looks.
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, math.MaxInt32)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, cfg, topic)
+		src, err := sqlqueue.NewSource(ctx, cfg, topic, nil)
 		if err != nil {
 			return nil, err
 		}

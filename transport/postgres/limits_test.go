@@ -30,7 +30,7 @@ func TestLimitsNamedBeforeTheServerSeesThem(t *testing.T) {
 
 	cfg := testPipeline()
 	cfg.DB, cfg.Dialect, cfg.ConsumerGroup = db, limitedDialect{}, long(129)
-	if _, err := sqlqueue.NewSubscriber(cfg); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "ConsumerGroup: at most 128 characters on postgres, got 129") {
+	if _, err := sqlqueue.NewSubscriber(cfg, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "ConsumerGroup: at most 128 characters on postgres, got 129") {
 		t.Errorf("long consumer group: %v", err)
 	}
 	cfg.ConsumerGroup = long(128)
@@ -38,7 +38,7 @@ func TestLimitsNamedBeforeTheServerSeesThem(t *testing.T) {
 		t.Errorf("128-character consumer group: %v", err)
 	}
 
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: limitedDialect{}})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: limitedDialect{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestLimitsNamedBeforeTheServerSeesThem(t *testing.T) {
 	}
 
 	cfg.ConsumerGroup = ""
-	src, err := sqlqueue.NewSource(ctx, cfg, long(256))
+	src, err := sqlqueue.NewSource(ctx, cfg, long(256), nil)
 	if err == nil {
 		_ = src.Close(ctx)
 	}

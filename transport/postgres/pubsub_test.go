@@ -75,7 +75,7 @@ func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.Sub
 	for _, m := range mut {
 		m(&c)
 	}
-	s, err := sqlqueue.NewSource(context.Background(), c, topic)
+	s, err := sqlqueue.NewSource(context.Background(), c, topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

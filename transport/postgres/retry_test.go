@@ -143,14 +143,14 @@ func TestDeadlockVictimStatementRunsAgain(t *testing.T) {
 			q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, topic, "")
 			db, fc := openFaulty(t, c.stmt(q), mssql.Error{Number: 1205, Message: "Transaction was deadlocked; rerun the transaction."}, false)
 			log := &infoLog{}
-			pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d, Logger: log})
+			pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pub.Close()
 			cfg := testPipeline()
-			cfg.DB, cfg.Dialect, cfg.Logger, cfg.SweepInterval = db, d, log, -1
-			sub, err := sqlqueue.NewSubscriber(cfg)
+			cfg.DB, cfg.Dialect, cfg.SweepInterval = db, d, -1
+			sub, err := sqlqueue.NewSubscriber(cfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func TestConnectionResetInsertNotRunAgain(t *testing.T) {
 	q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, "reset", "")
 	reset := mssql.Error{Number: 10054, Message: "A transport-level error has occurred: connection reset by peer."}
 	db, fc := openFaulty(t, d.Insert(q, nil)[0].SQL, reset, false)
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,12 +110,12 @@ func newIdleRig(t *testing.T) *idleRig {
 	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{
 		DB: subDB, Dialect: d, IdleProbeMax: rigProbeMax, WakeDebounce: -1, SweepInterval: -1,
 		Pipeline: receiver.Config{Clock: clk, Wave: wave.Config{EmptyDelay: rigEmptyDelay}},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: d})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: d}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestIdleLocalPublishWakes(t *testing.T) {
 	for range 40 {
 		r.step(t, 50*time.Millisecond)
 	}
-	local, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: r.subDB, Dialect: sqlite.Dialect{Now: r.clk.Now}})
+	local, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: r.subDB, Dialect: sqlite.Dialect{Now: r.clk.Now}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

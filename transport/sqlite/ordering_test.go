@@ -39,7 +39,7 @@ func TestUpgradeAddsOrderingKey(t *testing.T) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestUpgradeAddsOrderingKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := sqlqueue.SubscriberConfig{DB: db, Dialect: d, SweepInterval: -1}
-	src, err := sqlqueue.NewSource(ctx, c, "old")
+	src, err := sqlqueue.NewSource(ctx, c, "old", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,8 +154,10 @@ type SubscriberConfig struct {
 	// Defaults to 0: off. URL: fleet_interval.
 	FleetInterval time.Duration
 
-	// Logger receives the subscriber's logs. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
+	// logger receives the subscriber's logs: the constructor's logger
+	// argument (watermill.NopLogger when nil). Configs carry no logger, as
+	// Watermill's do not: one input, the constructor's.
+	logger watermill.LoggerAdapter
 	// Closer, when set, is closed after the subscriber (dialect packages
 	// that opened DB set it). Defaults to nil: the caller owns DB.
 	Closer io.Closer
@@ -188,8 +190,8 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.SettleLinger == 0 {
 		c.SettleLinger = DefaultSettleLinger
 	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+	if c.logger == nil {
+		c.logger = watermill.NopLogger{}
 	}
 	return c
 }
@@ -291,8 +293,9 @@ type PublisherConfig struct {
 	// DefaultNotifyWindow (20ms). URL: notify_window.
 	NotifyWindow time.Duration
 
-	// Logger receives the publisher's logs. Defaults to watermill.NopLogger.
-	Logger watermill.LoggerAdapter
+	// logger receives the publisher's logs: the constructor's logger
+	// argument (watermill.NopLogger when nil).
+	logger watermill.LoggerAdapter
 	// Closer, when set, is closed after the publisher. Defaults to nil.
 	Closer io.Closer
 }
@@ -308,8 +311,8 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 	if c.NotifyWindow == 0 {
 		c.NotifyWindow = DefaultNotifyWindow
 	}
-	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+	if c.logger == nil {
+		c.logger = watermill.NopLogger{}
 	}
 	return c
 }

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
 )
 
 type querier interface {
@@ -186,27 +187,20 @@ func Build[T any](db *sql.DB, closer io.Closer, open func() (*sql.DB, io.Closer,
 
 // OpenSubscriber is what a dialect package's NewSubscriber does: the
 // engine's subscriber for dialect d, on c.DB or, when c.DB is nil, on a pool
-// from open (closed with the subscriber). A non-nil logger replaces
-// c.Logger.
+// from open (closed with the subscriber), logging to logger.
 func OpenSubscriber(c SubscriberConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Subscriber, error) {
 	c.Dialect = d
-	if logger != nil {
-		c.Logger = logger
-	}
 	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Subscriber, error) {
 		c.DB, c.Closer = db, closer
-		return NewSubscriber(c)
+		return NewSubscriber(c, logger)
 	})
 }
 
 // OpenPublisher is OpenSubscriber's counterpart for publishers.
 func OpenPublisher(c PublisherConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Publisher, error) {
 	c.Dialect = d
-	if logger != nil {
-		c.Logger = logger
-	}
 	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Publisher, error) {
 		c.DB, c.Closer = db, closer
-		return NewPublisher(c)
+		return NewPublisher(c, logger)
 	})
 }

@@ -96,7 +96,7 @@ func newFleetReporter(e *engine, m FleetMember, cfg SubscriberConfig) (*fleetRep
 	pid := os.Getpid()
 	return &fleetReporter{
 		e: e, f: f, m: m, interval: cfg.FleetInterval, timeout: min(cfg.StatementTimeout, max(cfg.FleetInterval, time.Second)),
-		logger: cfg.Logger, create: !cfg.Tables.ManualSchema,
+		logger: cfg.logger, create: !cfg.Tables.ManualSchema,
 		host: host, pid: pid, instance: host + "/" + strconv.Itoa(pid) + "/" + hex.EncodeToString(b[:]),
 		ours: map[string]bool{},
 	}, nil
@@ -380,10 +380,11 @@ type FleetReporter struct{ r *fleetReporter }
 // NewFleetReporter validates cfg (DB, Dialect, Tables, FleetInterval > 0,
 // StatementTimeout and Logger are used) and returns a reporter for m. It
 // starts nothing.
-func NewFleetReporter(cfg SubscriberConfig, m FleetMember) (*FleetReporter, error) {
+func NewFleetReporter(cfg SubscriberConfig, m FleetMember, logger watermill.LoggerAdapter) (*FleetReporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.logger = logger
 	if cfg.FleetInterval <= 0 {
 		return nil, fmt.Errorf("%w: FleetInterval: required, got %s", transport.ErrInvalidConfig, cfg.FleetInterval)
 	}

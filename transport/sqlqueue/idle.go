@@ -143,7 +143,7 @@ func acquireProber(s *Source, d MultiProber) *prober {
 	p := probers[s.e.db]
 	if p == nil {
 		p = &prober{
-			db: s.e.db, d: d, clock: s.cfg.Pipeline.Clock, ctrs: s.e.ctrs, logger: s.cfg.Logger,
+			db: s.e.db, d: d, clock: s.cfg.Pipeline.Clock, ctrs: s.e.ctrs, logger: s.cfg.logger,
 			stmtTO: s.cfg.StatementTimeout, queues: map[string]*probeQueue{},
 			kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		}

@@ -62,14 +62,15 @@ var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher validates cfg and returns a publisher. It does not touch the
 // database until the first Publish.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.logger = logger
 	cfg = cfg.withDefaults()
-	p := &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.Logger, subs: map[string]subsEntry{}}
+	p := &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.logger, subs: map[string]subsEntry{}}
 	if c, ok := cfg.Dialect.(NotifyCoalescer); ok && cfg.NotifyWindow > 0 {
-		p.gate = newNotifyGate(cfg.NotifyWindow, cfg.Logger, func(ctx context.Context, q Queue) error {
+		p.gate = newNotifyGate(cfg.NotifyWindow, cfg.logger, func(ctx context.Context, q Queue) error {
 			return query(ctx, p.e.db, &p.e.ctrs.other, c.Notify(q), nil)
 		})
 	}

@@ -87,7 +87,7 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 		e:         e,
 		cfg:       cfg,
 		q:         q,
-		logger:    withFields(cfg.Logger, watermill.LogFields{"queue": q.Name}),
+		logger:    withFields(cfg.logger, watermill.LogFields{"queue": q.Name}),
 		w:         &waiter{ch: make(chan struct{}, 1), debounce: cfg.WakeDebounce},
 		stopSweep: make(chan struct{}),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 )
@@ -27,15 +28,16 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg and returns a subscriber. It does not touch
 // the database until the first Subscribe or SubscribeInitialize.
-func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.logger = logger
 	cfg = cfg.withDefaults()
 	s := &Subscriber{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg}
 	ts, err := receiver.NewSubscriber(s.open, receiver.SubscriberConfig{
 		Pipeline:      cfg.Pipeline,
-		Logger:        cfg.Logger,
+		Logger:        cfg.logger,
 		Initialize:    s.initialize,
 		System:        MessagingSystem(cfg.Dialect),
 		ConsumerGroup: cfg.ConsumerGroup,
@@ -95,7 +97,7 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 	if n, ok := s.cfg.Dialect.(Notifier); ok {
 		s.mu.Lock()
 		if s.notifier == nil {
-			s.notifier = acquireListener(s.cfg.DB, n, s.cfg.Logger)
+			s.notifier = acquireListener(s.cfg.DB, n, s.cfg.logger)
 		}
 		s.mu.Unlock()
 	}
@@ -106,10 +108,11 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 // NewSource opens a source on the queue of (topic, cfg.ConsumerGroup)
 // outside any subscriber: for tools, tests and custom pipelines. The caller
 // closes it.
-func NewSource(ctx context.Context, cfg SubscriberConfig, topic string) (*Source, error) {
+func NewSource(ctx context.Context, cfg SubscriberConfig, topic string, logger watermill.LoggerAdapter) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.logger = logger
 	cfg = cfg.withDefaults()
 	e := newEngine(cfg.DB, cfg.Dialect, cfg.Tables)
 	q := e.queue(topic, cfg.ConsumerGroup)

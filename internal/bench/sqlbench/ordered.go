@@ -142,7 +142,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		return sc
 	}
 	// The queue exists (and is subscribed) before the backlog goes in.
-	first, err := sqlqueue.NewSubscriber(subCfg(pubDB))
+	first, err := sqlqueue.NewSubscriber(subCfg(pubDB), nil)
 	if err != nil {
 		return res, err
 	}
@@ -150,7 +150,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		return res, err
 	}
 	_ = first.Close()
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: dialect, Tables: tables})
+	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: dialect, Tables: tables}, nil)
 	if err != nil {
 		return res, err
 	}
@@ -189,7 +189,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		if c.Database == ServicePostgres {
 			cleanup = append(cleanup, func() { _ = db.Close() })
 		}
-		sub, err := sqlqueue.NewSubscriber(subCfg(db))
+		sub, err := sqlqueue.NewSubscriber(subCfg(db), nil)
 		if err != nil {
 			return res, err
 		}

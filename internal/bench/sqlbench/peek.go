@@ -61,7 +61,7 @@ func (p *peekSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if p.closed {
 		return nil, transport.ErrClosed
 	}
-	src, err := sqlqueue.NewSource(ctx, p.cfg, topic)
+	src, err := sqlqueue.NewSource(ctx, p.cfg, topic, nil)
 	if err != nil {
 		return nil, err
 	}

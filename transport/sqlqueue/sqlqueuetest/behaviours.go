@@ -419,7 +419,7 @@ func testSubscribeWhileWriting(t *testing.T, h Harness) {
 	f.insert(t, tx, q, RawRow{UUID: "open", Headers: "{}", Body: []byte{}})
 
 	subDB := f.pool(t, 3)
-	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: subDB, Dialect: h.Dialect, Tables: f.env.Tables})
+	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: subDB, Dialect: h.Dialect, Tables: f.env.Tables}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,7 +345,7 @@ func testFleetFaulted(t *testing.T, h Harness) {
 	c.Pipeline.CheckInterval = time.Minute // the fault stays until the test ends
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, c, topic)
+		src, err := sqlqueue.NewSource(ctx, c, topic, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -355,7 +355,7 @@ func testFleetFaulted(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rsub.Close() })
-	rep, err := sqlqueue.NewFleetReporter(c, sqlqueue.ReceiverMember(rsub))
+	rep, err := sqlqueue.NewFleetReporter(c, sqlqueue.ReceiverMember(rsub), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

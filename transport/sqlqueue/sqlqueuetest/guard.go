@@ -21,10 +21,10 @@ func testSweeperPanickingLogger(t *testing.T, h Harness) {
 	db := f.pool(t, 3)
 	logger := &guardtest.PanicLogger{}
 	cfg := sqlqueue.SubscriberConfig{
-		DB: db, Dialect: h.Dialect, Tables: f.env.Tables, Logger: logger,
+		DB: db, Dialect: h.Dialect, Tables: f.env.Tables,
 		SweepInterval: 20 * time.Millisecond, FetchTimeout: time.Second, Lease: time.Second,
 	}
-	src, err := sqlqueue.NewSource(context.Background(), cfg, "guarded")
+	src, err := sqlqueue.NewSource(context.Background(), cfg, "guarded", logger)
 	if err != nil {
 		t.Fatal(err)
 	}

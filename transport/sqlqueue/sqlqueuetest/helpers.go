@@ -35,7 +35,7 @@ func (f *fixture) newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.Publish
 	for _, m := range mut {
 		m(&c)
 	}
-	p, err := sqlqueue.NewPublisher(c)
+	p, err := sqlqueue.NewPublisher(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func (f *fixture) newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.Publish
 // (Close is idempotent: a case may close it earlier).
 func newSubscriber(t *testing.T, c sqlqueue.SubscriberConfig) *sqlqueue.Subscriber {
 	t.Helper()
-	s, err := sqlqueue.NewSubscriber(c)
+	s, err := sqlqueue.NewSubscriber(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func (f *fixture) newSource(t *testing.T, db *sql.DB, topic string) *sqlqueue.So
 
 func openSource(t *testing.T, c sqlqueue.SubscriberConfig, topic string) *sqlqueue.Source {
 	t.Helper()
-	s, err := sqlqueue.NewSource(context.Background(), c, topic)
+	s, err := sqlqueue.NewSource(context.Background(), c, topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
