@@ -161,7 +161,12 @@ func (s *SQS) Queues(ctx context.Context) ([]QueueStats, error) {
 		byArn[out.Attributes["QueueArn"]] = nameOf(u)
 	}
 	var res []QueueStats
-	for name, a := range attrs {
+	listed := make([]string, 0, len(attrs))
+	for name := range attrs {
+		listed = append(listed, name)
+	}
+	for _, name := range listed {
+		a := attrs[name]
 		st := QueueStats{
 			Queue:    name,
 			Ready:    atoi(a, "ApproximateNumberOfMessages"),
@@ -185,14 +190,36 @@ func (s *SQS) Queues(ctx context.Context) ([]QueueStats, error) {
 		}
 		if dlq != "" {
 			st.DeadLetterQueue = dlq
-			if da, ok := attrs[dlq]; ok {
-				st.DeadLettered = atoi(da, "ApproximateNumberOfMessages") + atoi(da, "ApproximateNumberOfMessagesNotVisible")
+			da, ok := attrs[dlq]
+			if !ok {
+				// A dead-letter queue outside the listing (another
+				// prefix): read its counts on their own, once.
+				da = s.dlqAttributes(ctx, dlq)
+				attrs[dlq] = da
 			}
+			st.DeadLettered = atoi(da, "ApproximateNumberOfMessages") + atoi(da, "ApproximateNumberOfMessagesNotVisible")
 		}
 		res = append(res, st)
 	}
 	sort.Slice(res, func(i, j int) bool { return res[i].Queue < res[j].Queue })
 	return res, nil
+}
+
+// dlqAttributes returns the attributes of the dead-letter queue name, or
+// nil when it cannot be read (it does not exist yet, say): its count is
+// then 0.
+func (s *SQS) dlqAttributes(ctx context.Context, name string) map[string]string {
+	u, err := s.dlqURL(ctx, name)
+	if err != nil {
+		return nil
+	}
+	out, err := s.Client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
+	})
+	if err != nil {
+		return nil
+	}
+	return out.Attributes
 }
 
 // ErrNoDLQ is returned by the dead-letter operations on SQS when the URL
