@@ -10,7 +10,7 @@ import (
 
 // Importing the package registers its scenarios; `berth bench` runs them on
 // PostgreSQL, on SQL Server, or on both, whichever is configured, and
-// sql/idle on PostgreSQL alone.
+// sql/idle and sql/ordered on PostgreSQL alone.
 func Example() {
 	for _, s := range bench.Scenarios() {
 		switch {
@@ -24,5 +24,6 @@ func Example() {
 	// Output:
 	// sql/drain needs one of [postgres sqlserver]
 	// sql/idle needs [postgres]
+	// sql/ordered needs [postgres]
 	// sql/steady needs one of [postgres sqlserver]
 }
