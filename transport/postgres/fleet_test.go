@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -15,22 +14,7 @@ import (
 
 // TestFleet runs the fleet cases (listeners table, pause and resume across
 // two pools), each on a schema of its own.
-func TestFleet(t *testing.T) {
-	sqlqueuetest.RunFleet(t, sqlqueuetest.Harness{
-		Dialect: postgres.Dialect{},
-		Open: func(t *testing.T) sqlqueuetest.Env {
-			url := testenv.PostgresSchemaURL(t)
-			return sqlqueuetest.Env{Pool: func(t *testing.T, conns int, _ string) *sql.DB {
-				db, err := postgres.Open(url, conns)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = db.Close() })
-				return db
-			}}
-		},
-	})
-}
+func TestFleet(t *testing.T) { sqlqueuetest.RunFleet(t, kitHarness()) }
 
 // BenchmarkFleetUpsert times one listener's report: the upsert a fleet
 // reporter sends per listener per interval, on a table of 100 rows (100

@@ -12,8 +12,12 @@ import (
 )
 
 // TestBehaviours runs the SQL queue kit, every case on a schema of its own.
-func TestBehaviours(t *testing.T) {
-	sqlqueuetest.Run(t, sqlqueuetest.Harness{
+func TestBehaviours(t *testing.T) { sqlqueuetest.Run(t, kitHarness()) }
+
+// kitHarness is the kit's harness on this engine, shared by TestBehaviours
+// and TestFleet.
+func kitHarness() sqlqueuetest.Harness {
+	return sqlqueuetest.Harness{
 		Dialect: postgres.Dialect{},
 		Open: func(t *testing.T) sqlqueuetest.Env {
 			url := testenv.PostgresSchemaURL(t)
@@ -50,7 +54,7 @@ VALUES ($1, $2, $3, $4, NULLIF($5::bigint, 0),
 		},
 		// state is a smallint.
 		StrayStates: []any{-1},
-	})
+	}
 }
 
 // terminateBackends ends every backend whose application_name is app.

@@ -15,8 +15,12 @@ import (
 // SQLite runs one writer at a time and has no server sessions: the cases
 // that hold a write transaction open skip, and the killed instance is
 // abandoned instead (see package sqlqueuetest, Opting out).
-func TestBehaviours(t *testing.T) {
-	sqlqueuetest.Run(t, sqlqueuetest.Harness{
+func TestBehaviours(t *testing.T) { sqlqueuetest.Run(t, kitHarness()) }
+
+// kitHarness is the kit's harness on this engine, shared by TestBehaviours
+// and TestFleet.
+func kitHarness() sqlqueuetest.Harness {
+	return sqlqueuetest.Harness{
 		Dialect: sqlite.Dialect{},
 		Open: func(t *testing.T) sqlqueuetest.Env {
 			path := filepath.Join(t.TempDir(), "kit.db")
@@ -53,5 +57,5 @@ func TestBehaviours(t *testing.T) {
 		},
 		// The INTEGER state column holds negatives, and text too.
 		StrayStates: []any{-1, "done"},
-	})
+	}
 }
