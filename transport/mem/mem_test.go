@@ -30,8 +30,13 @@ func TestFaults(t *testing.T) {
 	transporttest.RunFaults(t, config(t))
 }
 
-func config(t *testing.T) transporttest.Config {
-	const url = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=200ms&max_attempts=50&empty_delay=50ms"
+// suiteURL is the subscriber URL of Watermill's suite: one message at a
+// time, so that order is guaranteed without keys.
+const suiteURL = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=200ms&max_attempts=50&empty_delay=50ms"
+
+func config(t *testing.T) transporttest.Config { return configURL(t, suiteURL) }
+
+func configURL(t *testing.T, url string) transporttest.Config {
 	open := func(t *testing.T, u string) (message.Publisher, message.Subscriber) {
 		ctx := context.Background()
 		pub, err := transport.OpenPublisher(ctx, "mem://conformance")
