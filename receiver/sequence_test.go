@@ -262,3 +262,23 @@ func keysOf(m map[string]*message.Message) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// failingAckSource fails the ack of "a-1": the message stays the broker's
+// (it returns after its lease), so the key's rest must be handed back.
+type failingAckSource struct{ *seqSource }
+
+func (s *failingAckSource) Complete(ctx context.Context, d *transport.Delivery) error {
+	if d.ID == "a-1" {
+		return errors.New("broker unavailable")
+	}
+	return s.seqSource.Complete(ctx, d)
+}
+
+func TestSequencedFailedAckReleasesTheKeysRest(t *testing.T) {
+	src := &failingAckSource{newSeqSource()}
+	r, out := start(t, src, receiver.Config{Concurrency: 2})
+	r.Push(deliveries("a-1", "a-2"))
+	recv(t, out).Ack()
+	waitFor(t, "a-2 released", func() bool { return slices.Equal(src.releasedIDs(), []string{"a-2"}) })
+	noMessage(t, out, "a-2 must not be handled after a-1's ack failed")
+}
