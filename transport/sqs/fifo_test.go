@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
 )
 
 // batchAPI answers ReceiveMessage with scripted batches, as real SQS may:
@@ -173,5 +176,50 @@ func TestFIFOOneMessagePerGroupInFlight(t *testing.T) {
 				t.Fatalf("a2's visibility set to %d; want 0 (dead-lettered to the redrive policy)", c[len(c)-1])
 			}
 		})
+	}
+}
+
+// On a FIFO queue, a message's berth_ordering_key is its MessageGroupId
+// unless berth_sqs_group_id is set; without either, the topic is.
+func TestFIFOOrderingKeyIsTheGroup(t *testing.T) {
+	pub, err := NewPublisher(PublisherConfig{Client: clientConfig(t, nil), Queue: QueueConfig{Create: true, FIFO: true}}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	topic := testenv.UniqueName("groups")
+	keyed := message.NewMessage(watermill.NewUUID(), []byte("keyed"))
+	keyed.Metadata.Set(transport.MetadataOrderingKey, "order-42")
+	both := message.NewMessage(watermill.NewUUID(), []byte("both"))
+	both.Metadata.Set(transport.MetadataOrderingKey, "order-42")
+	both.Metadata.Set(MetadataGroupID, "explicit")
+	plain := message.NewMessage(watermill.NewUUID(), []byte("plain"))
+	for _, m := range []*message.Message{keyed, both, plain} {
+		if err := pub.Publish(topic, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := rawClient(t)
+	url, err := api.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(SanitizeName(topic, true))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"keyed": "order-42", "both": "explicit", "plain": topic}
+	got := map[string]string{}
+	waitUntil(t, 20*time.Second, "the three messages", func() bool {
+		out, err := api.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{
+			QueueUrl: url.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			got[aws.ToString(m.Body)] = m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+		}
+		return len(got) == 3
+	})
+	if !maps.Equal(got, want) {
+		t.Fatalf("groups %v, want %v", got, want)
 	}
 }
