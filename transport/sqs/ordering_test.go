@@ -40,8 +40,10 @@ import (
 // path is pinned by TestFIFOOneMessagePerGroupInFlight.
 func TestFIFOOrderedLedger(t *testing.T) {
 	keys, per, instances, conc := 100, 20, 3, 8
+	patience := 2 * time.Minute // for a third of the messages; the rest gets 2.5×
 	if os.Getenv(sqlqueuetest.FullOrderingEnv) == "1" {
 		keys, per, instances, conc = 1000, 50, 4, 64
+		patience = 10 * time.Minute
 	}
 	const publishers = 4
 	topic := testenv.UniqueName("ordered")
@@ -170,7 +172,7 @@ func TestFIFOOrderedLedger(t *testing.T) {
 		return
 	}
 
-	waitUntil(t, 2*time.Minute, "a third handled", func() bool { return ledger.Handled() >= keys*per/3 })
+	waitUntil(t, patience, "a third handled", func() bool { return ledger.Handled() >= keys*per/3 })
 	// Kill instance 0: from now on every request it makes fails, so it
 	// neither acks nor renews, and what it holds comes back after the
 	// visibility timeout; then close it.
@@ -180,7 +182,7 @@ func TestFIFOOrderedLedger(t *testing.T) {
 	}
 	go func() { _ = subs[0].Close() }()
 	want := ledger.Total()
-	waitUntil(t, 5*time.Minute, "every message handled", func() bool { return ledger.Handled() >= want })
+	waitUntil(t, patience*5/2, "every message handled", func() bool { return ledger.Handled() >= want })
 	if err := ledger.Check(); err != nil {
 		t.Fatal(err)
 	}
