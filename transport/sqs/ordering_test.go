@@ -186,4 +186,5 @@ func TestFIFOOrderedLedger(t *testing.T) {
 	if err := ledger.Check(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d messages (%d keys × %d, the rest unkeyed) on %d instances × concurrency %d", want, keys, per, instances, conc)
 }
