@@ -42,6 +42,16 @@ type Config struct {
 	// DefaultMaxAttempts (10). URL: max_attempts.
 	MaxAttempts int
 
+	// OrderedNack decides what a nack does to a message with an ordering
+	// key (transport.MetadataOrderingKey, or the SQS FIFO message group):
+	// OrderedNackBlock retries it in place, blocking its key's later
+	// messages until it is settled, and dead-letters it only after
+	// MaxAttempts; OrderedNackDeadLetter dead-letters it at once, so its
+	// key moves on. Messages without a key are retried either way. See
+	// docs/ordering.md. Defaults to OrderedNackBlock. URL: ordered_nack
+	// (block or dead_letter).
+	OrderedNack OrderedNack
+
 	// RetryDelay is the redelivery delay after the first nack; it doubles
 	// per attempt up to MaxRetryDelay. Negative means redeliver at once.
 	// Defaults to DefaultRetryDelay (100ms) and DefaultMaxRetryDelay (30s).
@@ -97,6 +107,21 @@ type Config struct {
 	Observer transport.Observer
 }
 
+// OrderedNack is what a nack does to a message with an ordering key (see
+// Config.OrderedNack).
+type OrderedNack string
+
+// The values of Config.OrderedNack.
+const (
+	// OrderedNackBlock retries a nacked keyed message in place, with its
+	// backoff; its key's later messages wait until it is acknowledged or,
+	// after MaxAttempts, dead-lettered. The default.
+	OrderedNackBlock OrderedNack = "block"
+	// OrderedNackDeadLetter dead-letters a nacked keyed message at once, so
+	// that its key's next message is handled without waiting for retries.
+	OrderedNackDeadLetter OrderedNack = "dead_letter"
+)
+
 // DefaultMaxQueue is the default back-pressure maximum.
 const DefaultMaxQueue = 1000
 
@@ -116,6 +141,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxRetryDelay == 0 {
 		c.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if c.OrderedNack == "" {
+		c.OrderedNack = OrderedNackBlock
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -170,6 +198,9 @@ func (c Config) Validate() error {
 	}
 	if d.MaxRetryDelay < 0 {
 		bad("MaxRetryDelay", "must be ≥ 0, got %s", c.MaxRetryDelay)
+	}
+	if d.OrderedNack != OrderedNackBlock && d.OrderedNack != OrderedNackDeadLetter {
+		bad("OrderedNack", "must be %q or %q, got %q", OrderedNackBlock, OrderedNackDeadLetter, c.OrderedNack)
 	}
 	if err := c.Wave.Validate(); err != nil {
 		// Wrapped, so errors.Is finds wave.ErrInvalidConfig as well as

@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -44,10 +45,18 @@ func (r *stage) take() *transport.Delivery {
 			r.mu.Unlock()
 			return nil
 		}
-		if len(r.buf) > 0 {
-			d := r.buf[0]
-			r.buf[0] = nil
-			r.buf = r.buf[1:]
+		i := 0
+		if r.seq != nil && len(r.buf) > 0 {
+			i = r.nextIndex() // -1: every buffered delivery waits for its key
+		}
+		if len(r.buf) > 0 && i >= 0 {
+			d := r.buf[i]
+			if i == 0 {
+				r.buf[0] = nil
+				r.buf = r.buf[1:]
+			} else {
+				r.buf = slices.Delete(r.buf, i, i+1)
+			}
 			if len(r.buf) == 0 {
 				r.buf = nil // let the backing array go
 			}
@@ -80,6 +89,7 @@ func (r *stage) process(d *transport.Delivery) {
 			}
 		}
 		if f == nil {
+			r.keyDone(d, false)
 			r.freePermit()
 			r.workers.Done()
 		}

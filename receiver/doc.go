@@ -11,7 +11,8 @@
 // (backpressure.go) latches above MaxQueue; the watchdog (watchdog.go)
 // applies it on every count change, detects a stalled stage and rebuilds a
 // faulted one; state.go reports it all. The stage (stage.go) is what the
-// listener drives: dispatch.go, flight.go, settle.go, renew.go, close.go.
+// listener drives: dispatch.go, flight.go, settle.go, renew.go, close.go,
+// and sequence.go for sources that implement transport.Sequencer.
 // pending.go and nackreason.go are what batching stages and handlers call.
 //
 // # Data path
@@ -24,7 +25,11 @@
 // into metadata; the message goes out on the channel; its Ack completes it,
 // its Nack retries it after an exponential delay, or dead-letters it once
 // MaxAttempts is reached, with the reason the handler recorded
-// ([SetNackReason], [DeadLetterReason]) after the attempt count. A message
+// ([SetNackReason], [DeadLetterReason]) after the attempt count (with
+// Config.OrderedNack = OrderedNackDeadLetter, a message with an ordering
+// key is dead-lettered on its first nack). For a transport.Sequencer
+// source the dispatcher takes the oldest delivery whose key has nothing in
+// flight instead (sequence.go). A message
 // that enters a batching stage ([EnterBatch], [JoinBatch]) frees its permit
 // and its
 // goroutine while the batch holds it: nothing watches it until the stage

@@ -29,6 +29,7 @@ type flight struct {
 	tracker *Tracker                // its Cancel cancels the message context
 	finish  func(transport.Outcome) // the observer's, or nil
 	wake    chan struct{}           // closed when the message enters a batch
+	acked   bool                    // the ack succeeded (set by the party that took it)
 
 	mu      sync.Mutex
 	permit  bool // the concurrency permit is still held
@@ -110,7 +111,7 @@ func (f *flight) watch(wake <-chan struct{}) {
 	f.tracker.Cancel()
 	switch outcome {
 	case transport.OutcomeAcked:
-		r.complete(f.d, f.msg)
+		f.acked = r.complete(f.d, f.msg) == nil
 	case transport.OutcomeNacked:
 		outcome = r.nack(f.d, f.msg, f.tracker.NackReason())
 	default:
@@ -157,6 +158,7 @@ func (f *flight) end(outcome transport.Outcome) {
 	r.mu.Lock()
 	delete(r.holding, f.d)
 	r.mu.Unlock()
+	r.keyDone(f.d, f.acked)
 	f.freePermit()
 	r.workers.Done()
 }

@@ -28,6 +28,11 @@ func (r *stage) renew() {
 		for d := range r.holding {
 			ds = append(ds, d)
 		}
+		if r.seq != nil {
+			// Buffered deliveries of a sequenced source may wait for their
+			// key as long as a handler runs: keep them leased too.
+			ds = append(ds, r.buf...)
+		}
 		r.mu.Unlock()
 		if len(ds) == 0 {
 			continue

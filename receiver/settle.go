@@ -43,7 +43,8 @@ func (r *stage) release(ds []*transport.Delivery) {
 	}
 }
 
-func (r *stage) complete(d *transport.Delivery, msg *message.Message) {
+// complete acks d; the error is the source's (already logged).
+func (r *stage) complete(d *transport.Delivery, msg *message.Message) error {
 	ctx, cancel := r.callCtx()
 	defer cancel()
 	start := time.Now()
@@ -52,11 +53,21 @@ func (r *stage) complete(d *transport.Delivery, msg *message.Message) {
 	if err != nil {
 		r.logError("ack failed; the message may be redelivered", err, watermill.LogFields{"id": d.ID})
 	}
+	return err
 }
 
 // nack retries d, or dead-letters it on its last attempt with why (the
-// reason recorded with SetNackReason, or "") after the attempt count.
+// reason recorded with SetNackReason, or "") after the attempt count. With
+// OrderedNackDeadLetter, a keyed message is dead-lettered on any attempt.
 func (r *stage) nack(d *transport.Delivery, msg *message.Message, why string) transport.Outcome {
+	if r.cfg.OrderedNack == OrderedNackDeadLetter && r.keyed(d, msg) {
+		reason := fmt.Sprintf("nacked on attempt %d; ordered_nack=dead_letter skips a keyed message's retries so that its key moves on", d.Attempt)
+		if why != "" {
+			reason += ": " + why
+		}
+		r.deadLetter(d, msg, reason)
+		return transport.OutcomeDeadLettered
+	}
 	if r.cfg.MaxAttempts > 0 && d.Attempt >= r.cfg.MaxAttempts {
 		reason := fmt.Sprintf("nacked on attempt %d of %d (MaxAttempts)", d.Attempt, r.cfg.MaxAttempts)
 		if why != "" {

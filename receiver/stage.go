@@ -59,7 +59,8 @@ type stageParams struct {
 // renew.go (lease renewal), close.go (closing and handing back).
 type stage struct {
 	src      transport.Source
-	renewer  transport.Renewer // nil when the source has no leases to renew
+	renewer  transport.Renewer   // nil when the source has no leases to renew
+	seq      transport.Sequencer // nil when the source needs no sequenced dispatch
 	cfg      Config
 	out      *outbox
 	base     context.Context
@@ -73,6 +74,7 @@ type stage struct {
 	mu      sync.Mutex
 	buf     []*transport.Delivery
 	holding map[*transport.Delivery]*flight // gated, unsettled (renewed)
+	busy    map[string]struct{}             // keys with a delivery taken (seq only)
 	closed  bool
 	avail   chan struct{} // cap 1: the buffer got an item
 
@@ -133,6 +135,9 @@ func newStage(p stageParams) (pipe, error) {
 		renewStop: make(chan struct{}),
 	}
 	r.settleCtx, r.settleCancel = context.WithCancel(context.Background())
+	if sq, ok := p.Source.(transport.Sequencer); ok {
+		r.seq, r.busy = sq, map[string]struct{}{}
+	}
 	if rn, ok := p.Source.(transport.Renewer); ok && rn.RenewInterval() > 0 {
 		r.renewer = rn
 	}

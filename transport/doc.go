@@ -11,7 +11,8 @@
 // one to a Watermill message, gate it (the lease check before user code), and
 // settle it (complete, retry later, release untouched, dead-letter with a
 // reason). Optional interfaces add lease renewal ([Renewer]), wake-ups
-// ([Waker]) and fixed-size claims ([ClaimSizer]).
+// ([Waker]), fixed-size claims ([ClaimSizer]) and per-key dispatch for
+// claims that may hold several deliveries of one key ([Sequencer]).
 //
 // Everything else is shared, in package receiver: a receiver.Listener runs
 // the receive loop (waves sized by package wave, no peek, no backlog query),

@@ -100,6 +100,22 @@ type Renewer interface {
 	Renew(ctx context.Context, ds []*Delivery) error
 }
 
+// A Sequencer is implemented by sources whose Claim can return several
+// deliveries that must be handled one after another: one ReceiveMessage on
+// an SQS FIFO queue may return several messages of one message group. The
+// pipeline then has at most one delivery per key in flight, in claim order:
+// a key's later deliveries stay in the buffer (they count toward it, and
+// their leases are renewed with the in-flight ones) until the earlier one
+// is acknowledged, and when it is settled any other way (retried,
+// dead-lettered, handed back, lost) they are released untouched, so that
+// they never overtake it. Deliveries without a key dispatch as before.
+// Sources whose Claim already hands out only one delivery per key (the SQL
+// transports, mem://) do not implement it.
+type Sequencer interface {
+	// SequenceKey returns d's key, or "" when d has none.
+	SequenceKey(d *Delivery) string
+}
+
 // Waker is implemented by sources that can tell the receive loop that new
 // messages may have arrived (PostgreSQL LISTEN/NOTIFY, an in-process
 // publisher), so an idle loop wakes before its empty delay ends.

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/orderingtest"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 )
@@ -202,4 +203,26 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
 	}
+}
+
+// ordered_nack=dead_letter: a nacked keyed message is dead-lettered at
+// once and its key moves on; an unkeyed one is retried.
+func TestOrderedNackDeadLetter(t *testing.T) {
+	b := mem.NewBroker()
+	pub, _ := mem.NewPublisher(mem.PublisherConfig{Broker: b}, nil)
+	cfg := mem.SubscriberConfig{Broker: b}
+	cfg.Pipeline.OrderedNack = receiver.OrderedNackDeadLetter
+	cfg.Pipeline.RetryDelay = time.Millisecond
+	sub, err := mem.NewSubscriber(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	orderingtest.OrderedNackDeadLetter(t, pub, sub, "t", func(*testing.T) map[string]string {
+		out := map[string]string{}
+		for _, d := range b.DeadLetters("t", "") {
+			out[d.UUID] = d.Reason
+		}
+		return out
+	})
 }

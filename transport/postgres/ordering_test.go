@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/orderingtest"
+	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -56,4 +59,44 @@ func TestMigration2AddsOrderingKey(t *testing.T) {
 	if len(got) != 2 || got[0] != "\x00" || got[1] != "k1" {
 		t.Fatalf("claimed %q; want the old row and k1 (k2 waits behind k1)", got)
 	}
+}
+
+// ordered_nack=dead_letter (through the URL): a nacked keyed message is
+// dead-lettered at once into the error table and its key moves on; an
+// unkeyed one is retried.
+func TestOrderedNackDeadLetter(t *testing.T) {
+	base := testenv.PostgresSchemaURL(t)
+	ctx := t.Context()
+	pub, err := transport.OpenPublisher(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := transport.OpenSubscriber(ctx, withParams(t, base, "ordered_nack", "dead_letter", "retry_delay", "10ms", "empty_delay", "50ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	db := openDBAt(t, base)
+	const topic = "ordered_nack"
+	if err := sub.(message.SubscribeInitializer).SubscribeInitialize(topic); err != nil {
+		t.Fatal(err)
+	}
+	orderingtest.OrderedNackDeadLetter(t, pub, sub, topic, func(t *testing.T) map[string]string {
+		out := map[string]string{}
+		for _, d := range deadLetters(t, db, topic) {
+			out[d.UUID] = d.Reason
+		}
+		return out
+	})
+}
+
+func openDBAt(t *testing.T, url string) *sql.DB {
+	t.Helper()
+	db, err := postgres.Open(url, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }

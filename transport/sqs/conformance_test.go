@@ -86,7 +86,10 @@ func TestConformanceStandard(t *testing.T) {
 // un-acked and expect more to flow (QueueCountAndStatus, UnackedLimit,
 // CloseLosesNothing) cannot hold by design.
 func TestConformanceFIFO(t *testing.T) {
-	// One handler at a time: SQS FIFO then delivers in publish order. A nack
+	// One handler at a time. (Per-group dispatch keeps the order at any
+	// Concurrency, but with one group per topic nothing runs in parallel
+	// anyway, and the emulator returns one message per group per receive.)
+	// A nack
 	// makes the message invisible for its retry delay and SQS keeps the
 	// whole group locked meanwhile. Visibility timeouts are whole seconds,
 	// so any positive delay (10ms included) stalls the group at least 1s

@@ -179,6 +179,11 @@ func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fi
 	if fifo {
 		o.group = m.Metadata.Get(MetadataGroupID)
 		if o.group == "" {
+			// The ordering key is the message group: messages of one key
+			// are then handed out one at a time, in order, by SQS itself.
+			o.group = m.Metadata.Get(transport.MetadataOrderingKey)
+		}
+		if o.group == "" {
 			o.group = topic
 		}
 		o.dedup = m.Metadata.Get(MetadataDeduplicationID)

@@ -133,5 +133,8 @@ func (o *opener) open(ctx context.Context, topic string) (transport.Source, erro
 			return err
 		}
 	}
+	if q.fifo {
+		return &fifoSource{src}, nil
+	}
 	return src, nil
 }

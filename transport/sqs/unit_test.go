@@ -159,6 +159,7 @@ func TestOpenURLRejectsBadParameters(t *testing.T) {
 		"sqs://127.0.0.1:1?wait_time=forever",
 		"sqs://127.0.0.1:1?endpoint=http://x:1",
 		"sqs://127.0.0.1:1/some/path",
+		"sqs://127.0.0.1:1?ordered_nack=skip",
 	} {
 		if _, err := transport.OpenSubscriber(ctx, u); !errors.Is(err, transport.ErrInvalidConfig) {
 			t.Errorf("OpenSubscriber(%s) = %v, want ErrInvalidConfig", u, err)
