@@ -10,8 +10,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berth-go/berth/transport"
-	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlite"
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
