@@ -48,7 +48,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 	t.Cleanup(func() { _ = db.Close() })
 
 	topic := testenv.UniqueName("batching")
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+	pub, err := postgres.NewPublisher(postgres.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 		DrainTimeout:  5 * time.Second,
 		Wave:          wave.Config{Cap: waveCap, EmptyDelay: 10 * time.Millisecond},
 	}
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sc}, nil)
+	sub, err := postgres.NewSubscriber(sc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

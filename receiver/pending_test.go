@@ -120,3 +120,109 @@ func TestJoinBatchDerivedAndLocalContexts(t *testing.T) {
 	_, nstop := receiver.JoinBatch(never, func() { t.Error("drop ran for a context that is never done") })
 	nstop()
 }
+
+// observed returns a message whose context is what an Observer's
+// Delivering returned over the message context: cancellable (with its
+// cancel) or values only.
+func observed(p *receiver.Pending, cancellable bool) (*message.Message, *receiver.Tracker, context.CancelFunc) {
+	m, tr := trackedMessage(p, nil)
+	ctx := context.WithValue(m.Context(), observerKey{}, "span")
+	cancel := context.CancelFunc(func() {})
+	if cancellable {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	m.SetContext(ctx)
+	return m, tr, cancel
+}
+
+type observerKey struct{}
+
+// A batch member whose observer context is cancelled is dropped; one whose
+// observer context is not cancelled stays in its batch until the receiver
+// cancels the message (then it is dropped, once) or its batch stops
+// watching it.
+func TestJoinBatchObserverContexts(t *testing.T) {
+	p := receiver.NewPending(nil)
+
+	m, tr, cancel := observed(p, true)
+	dropped := make(chan struct{})
+	settle, _ := receiver.JoinBatch(m, func() { close(dropped) })
+	cancel()
+	waitSignal(t, dropped, "drop on the cancelled observer context")
+	settle()
+	tr.Cancel()
+
+	for _, cancellable := range []bool{true, false} {
+		m, tr, cancel := observed(p, cancellable)
+		defer cancel()
+		var drops atomic.Int32
+		dropped := make(chan struct{})
+		settle, stop := receiver.JoinBatch(m, func() { drops.Add(1); close(dropped) })
+		if m.Context().Err() != nil || drops.Load() != 0 {
+			t.Fatalf("cancellable=%v: member dropped before any cancellation", cancellable)
+		}
+		tr.Cancel()
+		tr.Cancel()
+		waitSignal(t, dropped, "drop on the receiver's Cancel")
+		if stop() {
+			t.Errorf("cancellable=%v: stop after the drop reported it prevented it", cancellable)
+		}
+		settle()
+
+		m2, tr2, cancel2 := observed(p, cancellable)
+		defer cancel2()
+		settle2, stop2 := receiver.JoinBatch(m2, func() { t.Errorf("cancellable=%v: stopped member dropped", cancellable) })
+		if !stop2() {
+			t.Errorf("cancellable=%v: stop before any cancellation reported false", cancellable)
+		}
+		settle2()
+		tr2.Cancel()
+	}
+	if p.Load() != 0 {
+		t.Fatalf("pending %d after every batch ended", p.Load())
+	}
+}
+
+// Each JoinBatch has its own stop: a stale stop (of a batch the member
+// left) does not remove the watch of the batch holding it now.
+func TestJoinBatchStopIsPerRegistration(t *testing.T) {
+	p := receiver.NewPending(nil)
+	m, tr := trackedMessage(p, nil)
+	settle, stopFirst := receiver.JoinBatch(m, func() { t.Error("first batch's drop ran after its stop") })
+	if !stopFirst() {
+		t.Fatal("first stop reported false")
+	}
+	settle()
+	dropped := make(chan struct{})
+	_, stopSecond := receiver.JoinBatch(m, func() { close(dropped) })
+	if stopFirst() {
+		t.Error("a stale stop removed the second batch's watch")
+	}
+	tr.Cancel()
+	waitSignal(t, dropped, "second batch's drop after a stale stop")
+	if stopSecond() {
+		t.Error("stop after the drop started reported true")
+	}
+}
+
+// A member whose context only the receiver can end (values added on top of
+// the message context) is watched by its tracker, with no
+// context.AfterFunc registration: fewer allocations than a context with a
+// cancellation of its own.
+func TestJoinBatchTrackerWatchAllocates(t *testing.T) {
+	p := receiver.NewPending(nil)
+	allocs := func(cancellable bool) float64 {
+		return testing.AllocsPerRun(100, func() {
+			m, tr, cancel := observed(p, cancellable)
+			_ = m.Context().Done() // the channel exists before the measure, as a router's select makes it
+			settle, stop := receiver.JoinBatch(m, func() {})
+			stop()
+			settle()
+			cancel()
+			tr.Cancel()
+		})
+	}
+	if tracked, own := allocs(false), allocs(true); tracked >= own {
+		t.Fatalf("JoinBatch on a values-only context: %.0f allocations, not fewer than the %.0f of a cancellable one", tracked, own)
+	}
+}

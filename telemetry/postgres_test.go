@@ -39,7 +39,7 @@ var postgresBackend = backend{
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
-		pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+		pub, err := postgres.NewPublisher(postgres.PublisherConfig{DB: db}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ var postgresBackend = backend{
 		c.DB = db
 		c.Pipeline = pcfg
 		c.ConsumerGroup = "billing"
-		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		sub, err := postgres.NewSubscriber(c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

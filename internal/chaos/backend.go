@@ -155,11 +155,10 @@ func (b *sqlBackend) adminDB() (*sql.DB, func(), error) {
 }
 
 func (b *sqlBackend) publisher(context.Context) (message.Publisher, error) {
-	pc := sqlqueue.PublisherConfig{Tables: b.tables}
 	if b.kind == "postgres" {
-		return postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: pc, DSN: b.dsn(b.baseURL.Host, b.appPfx+"pub"), MaxOpenConns: 2}, nil)
+		return postgres.NewPublisher(postgres.PublisherConfig{Tables: b.tables, DSN: b.dsn(b.baseURL.Host, b.appPfx+"pub"), MaxOpenConns: 2}, nil)
 	}
-	return sqlite.NewPublisher(sqlite.PublisherConfig{PublisherConfig: pc, Path: b.path}, nil)
+	return sqlite.NewPublisher(sqlite.PublisherConfig{Tables: b.tables, DSN: b.path}, nil)
 }
 
 type sqlLink struct {
@@ -206,7 +205,8 @@ func (b *sqlBackend) instance(_ context.Context, id string, p receiver.Config) (
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sc, DSN: b.dsn(px.Addr(), b.appPfx+id), MaxOpenConns: 3}, nil)
+		sc.DSN, sc.MaxOpenConns = b.dsn(px.Addr(), b.appPfx+id), 3
+		s, err := postgres.NewSubscriber(sc, nil)
 		if err != nil {
 			_ = px.Close()
 			return nil, nil, err
@@ -218,7 +218,7 @@ func (b *sqlBackend) instance(_ context.Context, id string, p receiver.Config) (
 		return nil, nil, err
 	}
 	sc.DB = db
-	s, err := sqlite.NewSubscriber(sqlite.SubscriberConfig{SubscriberConfig: sc}, nil)
+	s, err := sqlite.NewSubscriber(sc, nil)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err

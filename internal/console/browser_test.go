@@ -291,13 +291,13 @@ func fleetSub(t *testing.T, rawURL, topic string, handled *atomic.Int64, mut fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}, FleetInterval: 100 * time.Millisecond, Closer: db}
+	cfg := sqlqueue.SubscriberConfig{DB: db, FleetInterval: 100 * time.Millisecond, Closer: db}
 	cfg.Pipeline.Wave.EmptyDelay = 50 * time.Millisecond
 	cfg.Pipeline.DrainTimeout = 5 * time.Second
 	if mut != nil {
 		mut(&cfg)
 	}
-	sub, err := sqlqueue.NewSubscriber(cfg, nil)
+	sub, err := sqlqueue.NewSubscriber(postgres.Dialect{}, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func publish(t *testing.T, rawURL, topic string, n int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: postgres.Dialect{}}, nil)
+	pub, err := sqlqueue.NewPublisher(postgres.Dialect{}, sqlqueue.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,11 +361,11 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}, FleetInterval: 100 * time.Millisecond}
+	cfg := sqlqueue.SubscriberConfig{DB: db, FleetInterval: 100 * time.Millisecond}
 	cfg.Pipeline.CheckInterval = time.Minute
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1<<30)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, cfg, topic, nil)
+		src, err := sqlqueue.NewSource(ctx, postgres.Dialect{}, cfg, topic, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -375,7 +375,7 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rsub.Close() })
-	rep, err := sqlqueue.NewFleetReporter(cfg, sqlqueue.ReceiverMember(rsub), nil)
+	rep, err := sqlqueue.NewFleetReporter(postgres.Dialect{}, cfg, sqlqueue.ReceiverMember(rsub), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

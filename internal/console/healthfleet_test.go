@@ -83,13 +83,13 @@ func startSQSFleet(t *testing.T) sqsFleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = closer.Close() })
-	cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: sqlite.Dialect{}}
+	cfg := sqlqueue.SubscriberConfig{DB: db}
 	cfg.Pipeline.CheckInterval = time.Minute
 	// Every Claim panics, so the listener is faulted again at once should
 	// anything rebuild it while the test looks.
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, math.MaxInt32)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, cfg, topic, nil)
+		src, err := sqlqueue.NewSource(ctx, sqlite.Dialect{}, cfg, topic, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/berth-go/berth/internal/guard/guardtest"
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport/postgres"
-	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 // The wake-up listener logs each lost connection into a logger whose every
@@ -28,7 +27,7 @@ func TestWakeListenerSurvivesPanickingLogger(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	admin := openDB(t, 1)
 	logger := &guardtest.PanicLogger{}
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{DB: db}}, logger)
+	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{DB: db}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

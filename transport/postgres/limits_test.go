@@ -29,16 +29,18 @@ func TestLimitsNamedBeforeTheServerSeesThem(t *testing.T) {
 	long := func(n int) string { return strings.Repeat("é", n) }
 
 	cfg := testPipeline()
-	cfg.DB, cfg.Dialect, cfg.ConsumerGroup = db, limitedDialect{}, long(129)
-	if _, err := sqlqueue.NewSubscriber(cfg, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "ConsumerGroup: at most 128 characters on postgres, got 129") {
+	cfg.DB, cfg.ConsumerGroup = db, long(129)
+	if _, err := sqlqueue.NewSubscriber(limitedDialect{}, cfg, nil); !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "ConsumerGroup: at most 128 characters on postgres, got 129") {
 		t.Errorf("long consumer group: %v", err)
 	}
 	cfg.ConsumerGroup = long(128)
-	if err := cfg.Validate(); err != nil {
+	if sub, err := sqlqueue.NewSubscriber(limitedDialect{}, cfg, nil); err != nil {
 		t.Errorf("128-character consumer group: %v", err)
+	} else {
+		_ = sub.Close()
 	}
 
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: limitedDialect{}}, nil)
+	pub, err := sqlqueue.NewPublisher(limitedDialect{}, sqlqueue.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestLimitsNamedBeforeTheServerSeesThem(t *testing.T) {
 	}
 
 	cfg.ConsumerGroup = ""
-	src, err := sqlqueue.NewSource(ctx, cfg, long(256), nil)
+	src, err := sqlqueue.NewSource(ctx, limitedDialect{}, cfg, long(256), nil)
 	if err == nil {
 		_ = src.Close(ctx)
 	}

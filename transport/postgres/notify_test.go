@@ -183,7 +183,7 @@ func TestNotifyTrailingWakesOtherPool(t *testing.T) {
 
 	c := sqlqueue.SubscriberConfig{DB: subDB, SweepInterval: -1, IdleProbeMax: time.Hour}
 	c.Pipeline.Wave.EmptyDelay = time.Hour // only wake-ups deliver
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+	sub, err := postgres.NewSubscriber(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,32 +26,14 @@ const DefaultMaxOpenConns = 4
 const DefaultSharedMaxConns = 10
 
 // SubscriberConfig configures a PostgreSQL subscriber: the engine's config
-// plus how to get the pool.
-type SubscriberConfig struct {
-	sqlqueue.SubscriberConfig
+// (sqlqueue.SubscriberConfig), whose DSN is a postgres://… or key=value
+// connection string. The zero value (with DSN or DB set) is the defaults.
+type SubscriberConfig = sqlqueue.SubscriberConfig
 
-	// DSN (postgres://… or key=value), used when DB is nil: the subscriber
-	// uses the process-wide pool of this DSN, shared with every other
-	// publisher and subscriber opened from the same DSN, and closed with
-	// the last of them.
-	DSN string
-	// MaxOpenConns sizes the shared pool of DSN; when several users ask for
-	// different sizes the pool takes the largest. Defaults to
-	// DefaultSharedMaxConns (10). URL: max_conns.
-	MaxOpenConns int
-}
-
-// PublisherConfig configures a PostgreSQL publisher.
-type PublisherConfig struct {
-	sqlqueue.PublisherConfig
-
-	// DSN (postgres://… or key=value), used when DB is nil: the publisher
-	// uses the process-wide pool of this DSN (see SubscriberConfig.DSN).
-	DSN string
-	// MaxOpenConns sizes the shared pool of DSN. Defaults to
-	// DefaultSharedMaxConns (10). URL: max_conns.
-	MaxOpenConns int
-}
+// PublisherConfig configures a PostgreSQL publisher: the engine's config
+// (sqlqueue.PublisherConfig). The zero value (with DSN or DB set) is the
+// defaults.
+type PublisherConfig = sqlqueue.PublisherConfig
 
 // Open opens a private database/sql pool over pgx with at most maxConns
 // connections (DefaultMaxOpenConns when ≤ 0; at least 2, since a
@@ -81,13 +63,19 @@ var pools = &sqlqueue.SharedPools{Open: Open, Default: DefaultSharedMaxConns, Mi
 // NewSubscriber returns a subscriber on PostgreSQL. With cfg.DB nil it uses
 // the process-wide pool of cfg.DSN (released on Close).
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
-	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewSubscriber(Dialect{}, cfg, logger)
 }
 
 // NewPublisher returns a publisher on PostgreSQL. With cfg.DB nil it uses
 // the process-wide pool of cfg.DSN (released on Close).
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
-	return sqlqueue.OpenPublisher(cfg.PublisherConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewPublisher(Dialect{}, cfg, logger)
+}
+
+// SharedPool implements sqlqueue.PoolOpener: the process-wide pool of dsn
+// (at least 2 connections: the wake-up listener holds one).
+func (Dialect) SharedPool(dsn string, maxConns int) (*sql.DB, io.Closer, error) {
+	return pools.Get(dsn, maxConns)
 }
 
 func init() {
@@ -130,7 +118,7 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 	p := urlparam.New(u.Query())
 	var cfg PublisherConfig
 	cfg.DSN, cfg.MaxOpenConns = parseURL(u, p)
-	sqlurl.Publisher(p, &cfg.PublisherConfig)
+	sqlurl.Publisher(p, &cfg)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -145,7 +133,7 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	p := urlparam.New(u.Query())
 	var cfg SubscriberConfig
 	cfg.DSN, cfg.MaxOpenConns = parseURL(u, p)
-	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
+	sqlurl.Subscriber(p, &cfg)
 	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
@@ -157,22 +145,4 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 		return nil, err
 	}
 	return sub, nil
-}
-
-// sharedPool opens the process-wide pool of dsn, for sqlqueue.Build.
-func sharedPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
-	return func() (*sql.DB, io.Closer, error) {
-		if dsn == "" {
-			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		return pools.Get(dsn, maxConns)
-	}
-}
-
-func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) {
-	return sharedPool(c.DSN, c.MaxOpenConns)
-}
-
-func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) {
-	return sharedPool(c.DSN, c.MaxOpenConns)
 }

@@ -56,7 +56,7 @@ func newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *s
 	for _, m := range mut {
 		m(&c)
 	}
-	p, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: c}, nil)
+	p, err := postgres.NewPublisher(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +68,19 @@ func newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *s
 // cleanup.
 func newSource(t *testing.T, db *sql.DB, topic string, mut ...func(*sqlqueue.SubscriberConfig)) *sqlqueue.Source {
 	t.Helper()
+	return newDialectSource(t, postgres.Dialect{}, db, topic, mut...)
+}
+
+// newDialectSource is newSource with dialect d.
+func newDialectSource(t *testing.T, d sqlqueue.Dialect, db *sql.DB, topic string, mut ...func(*sqlqueue.SubscriberConfig)) *sqlqueue.Source {
+	t.Helper()
 	c := testPipeline()
 	c.DB = db
-	c.Dialect = postgres.Dialect{}
 	c.SweepInterval = -1
 	for _, m := range mut {
 		m(&c)
 	}
-	s, err := sqlqueue.NewSource(context.Background(), c, topic, nil)
+	s, err := sqlqueue.NewSource(context.Background(), d, c, topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,17 +169,17 @@ func kit(t *testing.T) transporttest.Config {
 		NewPubSub:              func(t *testing.T) (message.Publisher, message.Subscriber) { return openURL(t, "") },
 		NewConsumerGroupPubSub: openURL,
 		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
-			pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+			pub, err := postgres.NewPublisher(postgres.PublisherConfig{DB: db}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
+			sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{
 				DB:            db,
 				Pipeline:      p,
 				Lease:         2 * time.Second,
 				FetchTimeout:  2 * time.Second,
 				SweepInterval: 250 * time.Millisecond,
-			}}, nil)
+			}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func TestDroppedQueueIsReportedAndRecreated(t *testing.T) {
 	c.Pipeline.ErrorBackoff = 10 * time.Millisecond
 	missing := make(chan error, 1)
 	c.Pipeline.Observer = waveErrs{ch: missing}
-	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+	sub, err := postgres.NewSubscriber(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,14 +143,14 @@ func TestDeadlockVictimStatementRunsAgain(t *testing.T) {
 			q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, topic, "")
 			db, fc := openFaulty(t, c.stmt(q), mssql.Error{Number: 1205, Message: "Transaction was deadlocked; rerun the transaction."}, false)
 			log := &infoLog{}
-			pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, log)
+			pub, err := sqlqueue.NewPublisher(d, sqlqueue.PublisherConfig{DB: db}, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pub.Close()
 			cfg := testPipeline()
-			cfg.DB, cfg.Dialect, cfg.SweepInterval = db, d, -1
-			sub, err := sqlqueue.NewSubscriber(cfg, log)
+			cfg.DB, cfg.SweepInterval = db, -1
+			sub, err := sqlqueue.NewSubscriber(d, cfg, log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +205,7 @@ func TestConnectionResetInsertNotRunAgain(t *testing.T) {
 	q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, "reset", "")
 	reset := mssql.Error{Number: 10054, Message: "A transport-level error has occurred: connection reset by peer."}
 	db, fc := openFaulty(t, d.Insert(q, nil)[0].SQL, reset, false)
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, nil)
+	pub, err := sqlqueue.NewPublisher(d, sqlqueue.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestConnectionResetInsertNotRunAgain(t *testing.T) {
 
 	// The same error on a claim: run again.
 	db, fc = openFaulty(t, d.Claim(q, 0, 0, 0).SQL, reset, false)
-	src := newSource(t, db, "reset", func(c *sqlqueue.SubscriberConfig) { c.Dialect = d })
+	src := newDialectSource(t, d, db, "reset")
 	if _, err := src.Claim(context.Background(), 1); err != nil || !fc.fired.Load() {
 		t.Fatalf("Claim = %v (fault fired: %v), want nil after running again", err, fc.fired.Load())
 	}
@@ -240,7 +240,7 @@ func TestLostAckReplySettlesOnce(t *testing.T) {
 	q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, "lost_reply", "")
 	reset := mssql.Error{Number: 10054, Message: "A transport-level error has occurred: connection reset by peer."}
 	db, fc := openFaulty(t, d.Complete(q, nil).SQL, reset, true)
-	src := newSource(t, db, "lost_reply", func(c *sqlqueue.SubscriberConfig) { c.Dialect = d })
+	src := newDialectSource(t, d, db, "lost_reply")
 	pub := newPub(t, db)
 	sqlqueuetest.PublishN(t, pub, "lost_reply", 1)
 	ctx := context.Background()

@@ -53,7 +53,7 @@ func benchWakeup(b *testing.B, instances int, shared bool, debounce time.Duratio
 		b.Fatal(err)
 	}
 	defer pubDB.Close()
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: pubDB}}, nil)
+	pub, err := postgres.NewPublisher(postgres.PublisherConfig{DB: pubDB}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func benchWakeup(b *testing.B, instances int, shared bool, debounce time.Duratio
 		c := sqlqueue.SubscriberConfig{DB: db}
 		c.Pipeline.Concurrency = 16
 		setDebounce(&c, debounce)
-		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		sub, err := postgres.NewSubscriber(c, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func TestWakeLeadershipAcrossPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pubDB.Close()
-	pub, err := postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: pubDB}}, nil)
+	pub, err := postgres.NewPublisher(postgres.PublisherConfig{DB: pubDB}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestWakeLeadershipAcrossPools(t *testing.T) {
 		defer db.Close()
 		c := sqlqueue.SubscriberConfig{DB: db}
 		c.Pipeline.Wave.EmptyDelay = time.Hour // only wake-ups deliver
-		sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: c}, nil)
+		sub, err := postgres.NewSubscriber(c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

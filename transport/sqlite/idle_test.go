@@ -107,15 +107,15 @@ func newIdleRig(t *testing.T) *idleRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pubDB.Close() })
-	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{
-		DB: subDB, Dialect: d, IdleProbeMax: rigProbeMax, WakeDebounce: -1, SweepInterval: -1,
+	sub, err := sqlqueue.NewSubscriber(d, sqlqueue.SubscriberConfig{
+		DB: subDB, IdleProbeMax: rigProbeMax, WakeDebounce: -1, SweepInterval: -1,
 		Pipeline: receiver.Config{Clock: clk, Wave: wave.Config{EmptyDelay: rigEmptyDelay}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: d}, nil)
+	pub, err := sqlqueue.NewPublisher(d, sqlqueue.PublisherConfig{DB: pubDB}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestIdleLocalPublishWakes(t *testing.T) {
 	for range 40 {
 		r.step(t, 50*time.Millisecond)
 	}
-	local, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: r.subDB, Dialect: sqlite.Dialect{Now: r.clk.Now}}, nil)
+	local, err := sqlqueue.NewPublisher(sqlite.Dialect{Now: r.clk.Now}, sqlqueue.PublisherConfig{DB: r.subDB}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

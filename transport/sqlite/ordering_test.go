@@ -39,7 +39,7 @@ func TestUpgradeAddsOrderingKey(t *testing.T) {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: db, Dialect: d}, nil)
+	pub, err := sqlqueue.NewPublisher(d, sqlqueue.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +53,8 @@ func TestUpgradeAddsOrderingKey(t *testing.T) {
 	if err := pub.Publish("old", msgs...); err != nil {
 		t.Fatal(err)
 	}
-	c := sqlqueue.SubscriberConfig{DB: db, Dialect: d, SweepInterval: -1}
-	src, err := sqlqueue.NewSource(ctx, c, "old", nil)
+	c := sqlqueue.SubscriberConfig{DB: db, SweepInterval: -1}
+	src, err := sqlqueue.NewSource(ctx, d, c, "old", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // seen by the very next Publish.
 func TestPublishOneRoundTripAndSeesNewGroups(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "publish.db")
-	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path, PublisherConfig: sqlqueue.PublisherConfig{SubscriptionsTTL: time.Hour}}, nil)
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path, SubscriptionsTTL: time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestPublishOneRoundTripAndSeesNewGroups(t *testing.T) {
 // apart.
 func TestMessagingSystemAndDestination(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "system.db")
-	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path}, nil)
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

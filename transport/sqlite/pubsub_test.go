@@ -80,11 +80,11 @@ func kit(t *testing.T) transporttest.Config {
 		NewConsumerGroupPubSub: openURL,
 		NewPubSubWith: func(t *testing.T, p receiver.Config) (message.Publisher, message.Subscriber) {
 			path := pathOf(t)
-			pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{Path: path}, nil)
+			pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := sqlite.SubscriberConfig{Path: path}
+			c := sqlite.SubscriberConfig{DSN: path}
 			c.Pipeline = p
 			c.Lease = 2 * time.Second
 			c.FetchTimeout = 2 * time.Second
@@ -144,7 +144,7 @@ func TestFaults(t *testing.T) {
 
 // subConfig is a subscriber on the file at path with the suite's settings.
 func subConfig(path, group string) sqlite.SubscriberConfig {
-	c := sqlite.SubscriberConfig{Path: path}
+	c := sqlite.SubscriberConfig{DSN: path}
 	c.ConsumerGroup = group
 	c.Pipeline.Concurrency = 8
 	c.Pipeline.RetryDelay = 10 * time.Millisecond

@@ -24,22 +24,16 @@ import (
 // every publisher and subscriber of this process that opens it.
 const Memory = ":memory:"
 
-// SubscriberConfig configures a SQLite subscriber: the engine's config plus
-// the database path.
-type SubscriberConfig struct {
-	sqlqueue.SubscriberConfig
-	// Path is the database file (created if missing), or Memory. Used when
-	// DB is nil.
-	Path string
-}
+// SubscriberConfig configures a SQLite subscriber: the engine's config
+// (sqlqueue.SubscriberConfig), whose DSN is the database file's path
+// (created if missing) or Memory, and whose MaxOpenConns may only be 0 or 1
+// (the pool holds one connection). The zero value (with DSN or DB set) is
+// the defaults.
+type SubscriberConfig = sqlqueue.SubscriberConfig
 
-// PublisherConfig configures a SQLite publisher.
-type PublisherConfig struct {
-	sqlqueue.PublisherConfig
-	// Path is the database file (created if missing), or Memory. Used when
-	// DB is nil.
-	Path string
-}
+// PublisherConfig configures a SQLite publisher: the engine's config
+// (sqlqueue.PublisherConfig), with DSN as in SubscriberConfig.
+type PublisherConfig = sqlqueue.PublisherConfig
 
 // shared pools: one single-connection pool per database path in this
 // process, reference counted, so publishers and subscribers never contend
@@ -113,15 +107,29 @@ func Open(path string) (*sql.DB, interface{ Close() error }, error) {
 }
 
 // NewSubscriber returns a subscriber on SQLite. With cfg.DB nil it uses the
-// process-wide pool of cfg.Path.
+// process-wide pool of the database at path cfg.DSN (see Open).
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
-	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewSubscriber(Dialect{}, cfg, logger)
 }
 
 // NewPublisher returns a publisher on SQLite. With cfg.DB nil it uses the
-// process-wide pool of cfg.Path.
+// process-wide pool of the database at path cfg.DSN (see Open).
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
-	return sqlqueue.OpenPublisher(cfg.PublisherConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewPublisher(Dialect{}, cfg, logger)
+}
+
+// SharedPool implements sqlqueue.PoolOpener: the process-wide pool of the
+// database at path (see Open). It holds one connection: maxConns may only
+// be 0 or 1.
+func (Dialect) SharedPool(path string, maxConns int) (*sql.DB, io.Closer, error) {
+	if maxConns > 1 {
+		return nil, nil, fmt.Errorf("%w: MaxOpenConns: a SQLite pool holds one connection, got %d", transport.ErrInvalidConfig, maxConns)
+	}
+	db, closer, err := Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, closer, nil
 }
 
 func init() { transport.Register("sqlite", driver{}) }
@@ -151,8 +159,8 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Option
 		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
 	}
 	p := urlparam.New(u.Query())
-	cfg := PublisherConfig{Path: path}
-	sqlurl.Publisher(p, &cfg.PublisherConfig)
+	cfg := PublisherConfig{DSN: path}
+	sqlurl.Publisher(p, &cfg)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -169,8 +177,8 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 		return nil, fmt.Errorf("%w: %w", transport.ErrInvalidConfig, err)
 	}
 	p := urlparam.New(u.Query())
-	cfg := SubscriberConfig{Path: path}
-	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
+	cfg := SubscriberConfig{DSN: path}
+	sqlurl.Subscriber(p, &cfg)
 	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
@@ -183,18 +191,3 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	}
 	return sub, nil
 }
-
-// filePool opens the process-wide pool of path, for sqlqueue.Build.
-func filePool(path string) func() (*sql.DB, io.Closer, error) {
-	return func() (*sql.DB, io.Closer, error) {
-		if path == "" {
-			return nil, nil, fmt.Errorf("%w: Path: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		db, closer, err := Open(path)
-		return db, closer, err
-	}
-}
-
-func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) { return filePool(c.Path) }
-
-func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) { return filePool(c.Path) }

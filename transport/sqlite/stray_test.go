@@ -28,7 +28,7 @@ func TestStrayPlanUsesLeaseIndex(t *testing.T) {
 	db := openFile(t)
 	d := sqlite.Dialect{}
 	ctx := context.Background()
-	src, err := sqlqueue.NewSource(ctx, sqlqueue.SubscriberConfig{DB: db, Dialect: d, SweepInterval: -1}, "stray_plan", nil)
+	src, err := sqlqueue.NewSource(ctx, d, sqlqueue.SubscriberConfig{DB: db, SweepInterval: -1}, "stray_plan", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

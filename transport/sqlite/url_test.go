@@ -3,10 +3,14 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
-	_ "github.com/berth-go/berth/transport/sqlite"
+	"github.com/berth-go/berth/transport/sqlite"
 )
 
 // A sqlite:// URL without a path is ErrInvalidConfig. (Bad parameters:
@@ -15,5 +19,37 @@ func TestURLWithoutPath(t *testing.T) {
 	_, err := transport.OpenPublisher(context.Background(), "sqlite://")
 	if !errors.Is(err, transport.ErrInvalidConfig) {
 		t.Fatalf("empty path: err = %v", err)
+	}
+}
+
+// The flat config: DSN is the database path, the pipeline the one nested
+// block; a config without DSN or DB, or asking the one-connection pool for
+// more, names the field.
+func TestFlatConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "flat.db")
+	sub, err := sqlite.NewSubscriber(sqlite.SubscriberConfig{DSN: path, Lease: time.Minute, Pipeline: receiver.Config{Concurrency: 4}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SubscribeInitialize("flat"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg  sqlite.SubscriberConfig
+		want string
+	}{
+		{sqlite.SubscriberConfig{}, "DSN: required when DB is nil"},
+		{sqlite.SubscriberConfig{DSN: path, MaxOpenConns: 2}, "MaxOpenConns: a SQLite pool holds one connection, got 2"},
+	} {
+		_, err := sqlite.NewSubscriber(c.cfg, nil)
+		if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := sqlite.NewPublisher(sqlite.PublisherConfig{}, nil); err == nil || !strings.Contains(err.Error(), "DSN: required when DB is nil") {
+		t.Errorf("publisher without DSN: %v", err)
 	}
 }

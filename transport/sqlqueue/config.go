@@ -76,13 +76,28 @@ func (t Tables) withDefaults() Tables {
 	return t
 }
 
-// SubscriberConfig configures a Subscriber. The zero value is the defaults,
-// except DB and Dialect, which are required (dialect packages set them).
+// SubscriberConfig configures a Subscriber. The zero value is the
+// defaults, except that DB or DSN is required. The dialect is not part of
+// it: it is the constructors' argument, and each dialect package declares
+// its SubscriberConfig as this type (postgres.SubscriberConfig{DSN: dsn,
+// Lease: time.Minute, Pipeline: receiver.Config{Concurrency: 64}}).
 type SubscriberConfig struct {
-	// DB is the connection pool. Required.
+	// DB is the connection pool. The caller owns it (see Closer). Defaults
+	// to nil: the pool of DSN.
 	DB *sql.DB
-	// Dialect writes the statements. Required.
-	Dialect Dialect
+	// DSN, used when DB is nil, names the database whose process-wide pool
+	// the subscriber uses: shared with every other publisher and subscriber
+	// of the same dialect opened from the same DSN (or URL), and closed
+	// with the last of them. PostgreSQL: postgres://… or key=value; SQL
+	// Server: sqlserver://… or any go-mssqldb connection string; SQLite: the
+	// database file's path (created if missing), or sqlite.Memory. The
+	// dialect must implement PoolOpener. Required when DB is nil.
+	DSN string
+	// MaxOpenConns sizes the shared pool of DSN; when several users ask for
+	// different sizes the pool takes the largest. Defaults to the dialect's
+	// DefaultSharedMaxConns (PostgreSQL and SQL Server: 10); SQLite's pool
+	// holds one connection, so it accepts only 0 or 1. URL: max_conns.
+	MaxOpenConns int
 	// Tables locates the tables.
 	Tables Tables
 
@@ -158,8 +173,8 @@ type SubscriberConfig struct {
 	// argument (watermill.NopLogger when nil). Configs carry no logger, as
 	// Watermill's do not: one input, the constructor's.
 	logger watermill.LoggerAdapter
-	// Closer, when set, is closed after the subscriber (dialect packages
-	// that opened DB set it). Defaults to nil: the caller owns DB.
+	// Closer, when set, is closed after the subscriber (to hand DB over
+	// to it). Defaults to nil: the caller owns DB.
 	Closer io.Closer
 }
 
@@ -197,16 +212,18 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 }
 
 // Validate reports every invalid field at once, wrapped in
-// transport.ErrInvalidConfig.
-func (c SubscriberConfig) Validate() error {
+// transport.ErrInvalidConfig. The constructors also check what depends on
+// their dialect (the length of ConsumerGroup, FleetInterval support, a
+// pool for DSN).
+func (c SubscriberConfig) Validate() error { return invalid(c.problems(nil, false)) }
+
+// problems are Validate's, plus, when dialect is not nil, those of the
+// checks that depend on it; borrowed: the caller opens no pool, DB is
+// required.
+func (c SubscriberConfig) problems(dialect Dialect, borrowed bool) []error {
 	d := c.withDefaults()
 	var errs []error
-	if c.DB == nil {
-		errs = append(errs, errors.New("DB: required"))
-	}
-	if c.Dialect == nil {
-		errs = append(errs, errors.New("Dialect: required"))
-	}
+	errs = append(errs, validatePool(c.DB, c.DSN, c.MaxOpenConns, dialect, borrowed)...)
 	if err := c.Pipeline.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Pipeline: %w", err))
 	}
@@ -227,31 +244,35 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.FleetInterval < 0 || (c.FleetInterval > 0 && (c.FleetInterval < 10*time.Millisecond || c.FleetInterval > time.Hour)) {
 		errs = append(errs, fmt.Errorf("FleetInterval: must be from 10ms to 1h, or 0 for off, got %s", c.FleetInterval))
-	} else if _, ok := c.Dialect.(FleetDialect); c.FleetInterval > 0 && c.Dialect != nil && !ok {
-		errs = append(errs, fmt.Errorf("FleetInterval: the %s dialect keeps no fleet tables", c.Dialect.Name()))
+	} else if _, ok := dialect.(FleetDialect); c.FleetInterval > 0 && dialect != nil && !ok {
+		errs = append(errs, fmt.Errorf("FleetInterval: the %s dialect keeps no fleet tables", dialect.Name()))
 	}
 	if d.SettleBatch < 1 || d.SettleBatch > 1000 {
 		errs = append(errs, fmt.Errorf("SettleBatch: must be from 1 to 1000, got %d", c.SettleBatch))
 	}
 	errs = append(errs, validateTables(c.Tables)...)
-	if c.Dialect != nil {
-		if err := nameLimits(c.Dialect, "", c.ConsumerGroup); err != nil {
+	if dialect != nil {
+		if err := nameLimits(dialect, "", c.ConsumerGroup); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 // PublisherConfig configures a Publisher. The zero value is the defaults,
-// except DB and Dialect, which are required (dialect packages set them).
+// except that DB or DSN is required. The dialect is the constructors'
+// argument; each dialect package declares its PublisherConfig as this type.
 type PublisherConfig struct {
-	// DB is the connection pool. Required.
+	// DB is the connection pool. The caller owns it (see Closer). Defaults
+	// to nil: the pool of DSN.
 	DB *sql.DB
-	// Dialect writes the statements. Required.
-	Dialect Dialect
+	// DSN, used when DB is nil, names the database whose process-wide pool
+	// the publisher uses (see SubscriberConfig.DSN). Required when DB is
+	// nil.
+	DSN string
+	// MaxOpenConns sizes the shared pool of DSN (see
+	// SubscriberConfig.MaxOpenConns). URL: max_conns.
+	MaxOpenConns int
 	// Tables locates the tables.
 	Tables Tables
 
@@ -318,16 +339,17 @@ func (c PublisherConfig) withDefaults() PublisherConfig {
 }
 
 // Validate reports every invalid field at once, wrapped in
-// transport.ErrInvalidConfig.
-func (c PublisherConfig) Validate() error {
+// transport.ErrInvalidConfig. The constructors also check that their
+// dialect can open a pool for DSN.
+func (c PublisherConfig) Validate() error { return invalid(c.problems(nil, false)) }
+
+// problems are Validate's, plus, when dialect is not nil, those of the
+// checks that depend on it; borrowed: the caller opens no pool, DB is
+// required.
+func (c PublisherConfig) problems(dialect Dialect, borrowed bool) []error {
 	d := c.withDefaults()
 	var errs []error
-	if c.DB == nil {
-		errs = append(errs, errors.New("DB: required"))
-	}
-	if c.Dialect == nil {
-		errs = append(errs, errors.New("Dialect: required"))
-	}
+	errs = append(errs, validatePool(c.DB, c.DSN, c.MaxOpenConns, dialect, borrowed)...)
 	if d.MaxMessageSize < 1 {
 		errs = append(errs, fmt.Errorf("MaxMessageSize: must be ≥ 1, got %d", c.MaxMessageSize))
 	}
@@ -340,11 +362,46 @@ func (c PublisherConfig) Validate() error {
 	if d.NotifyWindow > time.Second {
 		errs = append(errs, fmt.Errorf("NotifyWindow: must be ≤ 1s, got %s", c.NotifyWindow))
 	}
-	errs = append(errs, validateTables(c.Tables)...)
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+	return append(errs, validateTables(c.Tables)...)
+}
+
+// validateFor is the constructors' validation: a missing dialect, and the
+// config's problems (errs).
+func validateFor(d Dialect, errs []error) error {
+	if d == nil {
+		errs = append([]error{errors.New("dialect: required")}, errs...)
 	}
-	return nil
+	return invalid(errs)
+}
+
+// invalid wraps errs, if any, in transport.ErrInvalidConfig.
+func invalid(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))
+}
+
+// validatePool checks how the pool is given: DB, or DSN and MaxOpenConns
+// (which dialect, when not nil, must be able to open); borrowed: DB only.
+func validatePool(db *sql.DB, dsn string, maxConns int, dialect Dialect, borrowed bool) []error {
+	var errs []error
+	if maxConns < 0 {
+		errs = append(errs, fmt.Errorf("MaxOpenConns: must be ≥ 0, got %d", maxConns))
+	}
+	if db != nil {
+		return errs
+	}
+	if borrowed {
+		return append(errs, errors.New("DB: required (NewSource and NewFleetReporter open no pool from DSN)"))
+	}
+	if dsn == "" {
+		return append(errs, errors.New("DSN: required when DB is nil"))
+	}
+	if _, ok := dialect.(PoolOpener); dialect != nil && !ok {
+		errs = append(errs, fmt.Errorf("DB: required: the %s dialect opens no pool from DSN", dialect.Name()))
+	}
+	return errs
 }
 
 func validateTables(t Tables) []error {

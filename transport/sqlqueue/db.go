@@ -9,7 +9,7 @@ import (
 
 	"sync/atomic"
 
-	"github.com/ThreeDotsLabs/watermill"
+	"github.com/berth-go/berth/transport"
 )
 
 type querier interface {
@@ -165,42 +165,25 @@ func asInt64(v any) int64 {
 	return 0
 }
 
-// Build is the shape every dialect package's constructor shares: it builds
-// a publisher or subscriber on db, or, when db is nil, on a pool from open,
-// which is handed over to be closed with the result (closer) and closed at
-// once when building fails.
-func Build[T any](db *sql.DB, closer io.Closer, open func() (*sql.DB, io.Closer, error), build func(db *sql.DB, closer io.Closer) (T, error)) (T, error) {
-	if db == nil {
-		var err error
-		if db, closer, err = open(); err != nil {
-			var zero T
-			return zero, err
-		}
-		v, err := build(db, closer)
-		if err != nil && closer != nil {
-			_ = closer.Close()
-		}
-		return v, err
+// withPool returns db and closer as given or, when db is nil, a reference
+// to d's shared pool of dsn (see PoolOpener) as both, and runs build on
+// them; when build fails, the reference is dropped at once.
+func withPool[T any](d Dialect, db *sql.DB, closer io.Closer, dsn string, maxConns int, build func(db *sql.DB, closer io.Closer) (T, error)) (T, error) {
+	if db != nil {
+		return build(db, closer)
 	}
-	return build(db, closer)
-}
-
-// OpenSubscriber is what a dialect package's NewSubscriber does: the
-// engine's subscriber for dialect d, on c.DB or, when c.DB is nil, on a pool
-// from open (closed with the subscriber), logging to logger.
-func OpenSubscriber(c SubscriberConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Subscriber, error) {
-	c.Dialect = d
-	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Subscriber, error) {
-		c.DB, c.Closer = db, closer
-		return NewSubscriber(c, logger)
-	})
-}
-
-// OpenPublisher is OpenSubscriber's counterpart for publishers.
-func OpenPublisher(c PublisherConfig, d Dialect, logger watermill.LoggerAdapter, open func() (*sql.DB, io.Closer, error)) (*Publisher, error) {
-	c.Dialect = d
-	return Build(c.DB, c.Closer, open, func(db *sql.DB, closer io.Closer) (*Publisher, error) {
-		c.DB, c.Closer = db, closer
-		return NewPublisher(c, logger)
-	})
+	var zero T
+	po, ok := d.(PoolOpener)
+	if !ok { // validate reported it
+		return zero, fmt.Errorf("%w: DB: required", transport.ErrInvalidConfig)
+	}
+	db, closer, err := po.SharedPool(dsn, maxConns)
+	if err != nil {
+		return zero, err
+	}
+	v, err := build(db, closer)
+	if err != nil {
+		_ = closer.Close()
+	}
+	return v, err
 }

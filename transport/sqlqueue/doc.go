@@ -2,7 +2,13 @@
 // transports (PostgreSQL, SQLite, SQL Server): schema creation, the
 // transport.Source with its lease gate, the sweeper, the publisher, and the
 // subscriber built on the shared pipeline. Dialect packages supply a
-// Dialect (all of a database's SQL in one place) and the pool.
+// Dialect (all of a database's SQL in one place), passed to the
+// constructors (NewSubscriber(d, cfg, logger)), and their process-wide
+// pools (PoolOpener, used when a config's DB is nil); their configs are
+// this package's (type SubscriberConfig = sqlqueue.SubscriberConfig), so
+// a literal is two deep at most:
+//
+//	postgres.SubscriberConfig{DSN: dsn, Lease: time.Minute, Pipeline: receiver.Config{Concurrency: 64}}
 //
 // # Tables
 //

@@ -80,7 +80,7 @@ type fleetReporter struct {
 }
 
 func newFleetReporter(e *engine, m FleetMember, cfg SubscriberConfig) (*fleetReporter, error) {
-	f, err := fleetDialect(cfg.Dialect)
+	f, err := fleetDialect(e.d)
 	if err != nil {
 		return nil, err
 	}
@@ -377,11 +377,11 @@ func (r *fleetReporter) stats() FleetStats {
 // ReceiverMember).
 type FleetReporter struct{ r *fleetReporter }
 
-// NewFleetReporter validates cfg (DB, Dialect, Tables, FleetInterval > 0,
-// StatementTimeout and Logger are used) and returns a reporter for m. It
-// starts nothing.
-func NewFleetReporter(cfg SubscriberConfig, m FleetMember, logger watermill.LoggerAdapter) (*FleetReporter, error) {
-	if err := cfg.Validate(); err != nil {
+// NewFleetReporter validates cfg (DB, Tables, FleetInterval > 0 and
+// StatementTimeout are used; DB is required) and returns a reporter for m
+// that writes d's statements and logs to logger. It starts nothing.
+func NewFleetReporter(d Dialect, cfg SubscriberConfig, m FleetMember, logger watermill.LoggerAdapter) (*FleetReporter, error) {
+	if err := validateFor(d, cfg.problems(d, true)); err != nil {
 		return nil, err
 	}
 	cfg.logger = logger
@@ -389,7 +389,7 @@ func NewFleetReporter(cfg SubscriberConfig, m FleetMember, logger watermill.Logg
 		return nil, fmt.Errorf("%w: FleetInterval: required, got %s", transport.ErrInvalidConfig, cfg.FleetInterval)
 	}
 	cfg = cfg.withDefaults()
-	r, err := newFleetReporter(newEngine(cfg.DB, cfg.Dialect, cfg.Tables), m, cfg)
+	r, err := newFleetReporter(newEngine(cfg.DB, d, cfg.Tables), m, cfg)
 	if err != nil {
 		return nil, err
 	}

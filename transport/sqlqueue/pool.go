@@ -6,6 +6,19 @@ import (
 	"sync"
 )
 
+// PoolOpener is implemented by dialects whose package keeps process-wide
+// pools: with SubscriberConfig.DB (PublisherConfig.DB) nil, the
+// constructors take a reference to the pool of DSN from it, and drop it on
+// Close.
+type PoolOpener interface {
+	// SharedPool returns the process-wide pool of dsn, sized to at least
+	// maxConns connections (the dialect's default when 0), and a closer
+	// that drops this reference: the last one closes the pool. An invalid
+	// maxConns or dsn is an error wrapping transport.ErrInvalidConfig that
+	// names the field (MaxOpenConns, DSN).
+	SharedPool(dsn string, maxConns int) (*sql.DB, io.Closer, error)
+}
+
 // SharedPools keeps one database/sql pool per DSN in a process, reference
 // counted, so that the many publishers and subscribers a service opens by
 // URL (Watermill's router opens one subscriber per handler) share one pool

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,21 +61,29 @@ var subscriptionsGen atomic.Uint64
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher validates cfg and returns a publisher. It does not touch the
-// database until the first Publish.
-func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
-	if err := cfg.Validate(); err != nil {
+// NewPublisher validates cfg and returns a publisher writing d's
+// statements, on cfg.DB or, when it is nil, on d's shared pool of cfg.DSN
+// (released on Close), logging to logger (watermill.NopLogger when nil).
+// Dialect packages' NewPublisher call it with their Dialect. It does not
+// touch the database until the first Publish.
+func NewPublisher(d Dialect, cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	if err := validateFor(d, cfg.problems(d, false)); err != nil {
 		return nil, err
 	}
-	cfg.logger = logger
-	cfg = cfg.withDefaults()
-	p := &Publisher{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg, logger: cfg.logger, subs: map[string]subsEntry{}}
-	if c, ok := cfg.Dialect.(NotifyCoalescer); ok && cfg.NotifyWindow > 0 {
+	return withPool(d, cfg.DB, cfg.Closer, cfg.DSN, cfg.MaxOpenConns, func(db *sql.DB, closer io.Closer) (*Publisher, error) {
+		cfg.DB, cfg.Closer, cfg.logger = db, closer, logger
+		return newPublisher(d, cfg.withDefaults()), nil
+	})
+}
+
+func newPublisher(d Dialect, cfg PublisherConfig) *Publisher {
+	p := &Publisher{e: newEngine(cfg.DB, d, cfg.Tables), cfg: cfg, logger: cfg.logger, subs: map[string]subsEntry{}}
+	if c, ok := d.(NotifyCoalescer); ok && cfg.NotifyWindow > 0 {
 		p.gate = newNotifyGate(cfg.NotifyWindow, cfg.logger, func(ctx context.Context, q Queue) error {
 			return query(ctx, p.e.db, &p.e.ctrs.other, c.Notify(q), nil)
 		})
 	}
-	return p, nil
+	return p
 }
 
 // Stats returns the publisher's round-trip and row counts.
@@ -82,7 +91,7 @@ func (p *Publisher) Stats() Stats { return p.e.ctrs.Snapshot() }
 
 // MessagingSystem returns the messaging.system of the publisher's dialect
 // (see MessagingSystem), for package telemetry.
-func (p *Publisher) MessagingSystem() string { return MessagingSystem(p.cfg.Dialect) }
+func (p *Publisher) MessagingSystem() string { return MessagingSystem(p.e.d) }
 
 // Publish implements message.Publisher.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {

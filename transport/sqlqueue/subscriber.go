@@ -2,7 +2,9 @@ package sqlqueue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"io"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -26,20 +28,28 @@ type Subscriber struct {
 	closeErr  error
 }
 
-// NewSubscriber validates cfg and returns a subscriber. It does not touch
-// the database until the first Subscribe or SubscribeInitialize.
-func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
-	if err := cfg.Validate(); err != nil {
+// NewSubscriber validates cfg and returns a subscriber reading and writing
+// with d's statements, on cfg.DB or, when it is nil, on d's shared pool of
+// cfg.DSN (released on Close), logging to logger (watermill.NopLogger when
+// nil). Dialect packages' NewSubscriber call it with their Dialect. It does
+// not touch the database until the first Subscribe or SubscribeInitialize.
+func NewSubscriber(d Dialect, cfg SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	if err := validateFor(d, cfg.problems(d, false)); err != nil {
 		return nil, err
 	}
-	cfg.logger = logger
-	cfg = cfg.withDefaults()
-	s := &Subscriber{e: newEngine(cfg.DB, cfg.Dialect, cfg.Tables), cfg: cfg}
+	return withPool(d, cfg.DB, cfg.Closer, cfg.DSN, cfg.MaxOpenConns, func(db *sql.DB, closer io.Closer) (*Subscriber, error) {
+		cfg.DB, cfg.Closer, cfg.logger = db, closer, logger
+		return newSubscriber(d, cfg.withDefaults())
+	})
+}
+
+func newSubscriber(d Dialect, cfg SubscriberConfig) (*Subscriber, error) {
+	s := &Subscriber{e: newEngine(cfg.DB, d, cfg.Tables), cfg: cfg}
 	ts, err := receiver.NewSubscriber(s.open, receiver.SubscriberConfig{
 		Pipeline:      cfg.Pipeline,
 		Logger:        cfg.logger,
 		Initialize:    s.initialize,
-		System:        MessagingSystem(cfg.Dialect),
+		System:        MessagingSystem(d),
 		ConsumerGroup: cfg.ConsumerGroup,
 	})
 	if err != nil {
@@ -94,7 +104,7 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 	if err := s.e.ensureQueue(ctx, q, true); err != nil {
 		return nil, err
 	}
-	if n, ok := s.cfg.Dialect.(Notifier); ok {
+	if n, ok := s.e.d.(Notifier); ok {
 		s.mu.Lock()
 		if s.notifier == nil {
 			s.notifier = acquireListener(s.cfg.DB, n, s.cfg.logger)
@@ -105,16 +115,17 @@ func (s *Subscriber) open(ctx context.Context, topic string) (transport.Source, 
 	return newSource(s.e, s.cfg, q, true), nil
 }
 
-// NewSource opens a source on the queue of (topic, cfg.ConsumerGroup)
-// outside any subscriber: for tools, tests and custom pipelines. The caller
-// closes it.
-func NewSource(ctx context.Context, cfg SubscriberConfig, topic string, logger watermill.LoggerAdapter) (*Source, error) {
-	if err := cfg.Validate(); err != nil {
+// NewSource opens a source on the queue of (topic, cfg.ConsumerGroup) with
+// d's statements, outside any subscriber: for tools, tests and custom
+// pipelines. cfg.DB is required (a source opens no pool). The caller closes
+// it.
+func NewSource(ctx context.Context, d Dialect, cfg SubscriberConfig, topic string, logger watermill.LoggerAdapter) (*Source, error) {
+	if err := validateFor(d, cfg.problems(d, true)); err != nil {
 		return nil, err
 	}
 	cfg.logger = logger
 	cfg = cfg.withDefaults()
-	e := newEngine(cfg.DB, cfg.Dialect, cfg.Tables)
+	e := newEngine(cfg.DB, d, cfg.Tables)
 	q := e.queue(topic, cfg.ConsumerGroup)
 	if err := e.ensureQueue(ctx, q, true); err != nil {
 		return nil, err

@@ -29,35 +29,16 @@ const DefaultSharedMaxConns = 10
 var pools = &sqlqueue.SharedPools{Open: Open, Default: DefaultSharedMaxConns}
 
 // SubscriberConfig configures a SQL Server subscriber: the engine's config
-// plus how to open the pool. The zero value (with DSN or DB set) is the
+// (sqlqueue.SubscriberConfig), whose DSN is
+// sqlserver://user:password@host:port?database=… or any go-mssqldb
+// connection string (only the driver's own parameters belong in it). The
+// zero value (with DSN or DB set) is the defaults.
+type SubscriberConfig = sqlqueue.SubscriberConfig
+
+// PublisherConfig configures a SQL Server publisher: the engine's config
+// (sqlqueue.PublisherConfig). The zero value (with DSN or DB set) is the
 // defaults.
-type SubscriberConfig struct {
-	sqlqueue.SubscriberConfig
-
-	// DSN (sqlserver://user:password@host:port?database=…, or any
-	// go-mssqldb connection string), used when DB is nil: the subscriber
-	// uses the process-wide pool of this DSN, shared with every other
-	// publisher and subscriber opened from the same DSN, and closed with
-	// the last of them. Only the driver's own parameters belong in it.
-	DSN string
-	// MaxOpenConns sizes the shared pool of DSN; when several users ask for
-	// different sizes the pool takes the largest. Defaults to
-	// DefaultSharedMaxConns (10). URL: max_conns.
-	MaxOpenConns int
-}
-
-// PublisherConfig configures a SQL Server publisher. The zero value (with
-// DSN or DB set) is the defaults.
-type PublisherConfig struct {
-	sqlqueue.PublisherConfig
-
-	// DSN, used when DB is nil: the publisher uses the process-wide pool of
-	// this DSN (see SubscriberConfig.DSN).
-	DSN string
-	// MaxOpenConns sizes the shared pool of DSN. Defaults to
-	// DefaultSharedMaxConns (10). URL: max_conns.
-	MaxOpenConns int
-}
+type PublisherConfig = sqlqueue.PublisherConfig
 
 // Open opens a private database/sql pool over go-mssqldb with at most
 // maxConns connections (DefaultMaxOpenConns when ≤ 0). go-mssqldb parses
@@ -104,7 +85,7 @@ func openDriver(dsn string) (*sql.DB, error) {
 // the process-wide pool of cfg.DSN (released on Close). The session is checked
 // (Dialect.Check) and the tables created at the first Subscribe.
 func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqueue.Subscriber, error) {
-	return sqlqueue.OpenSubscriber(cfg.SubscriberConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewSubscriber(Dialect{}, cfg, logger)
 }
 
 // NewPublisher returns a publisher on SQL Server. With cfg.DB nil it uses
@@ -112,7 +93,12 @@ func NewSubscriber(cfg SubscriberConfig, logger watermill.LoggerAdapter) (*sqlqu
 // process are woken as soon as a Publish commits; others find the rows on
 // their next claim.
 func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*sqlqueue.Publisher, error) {
-	return sqlqueue.OpenPublisher(cfg.PublisherConfig, Dialect{}, logger, cfg.opener())
+	return sqlqueue.NewPublisher(Dialect{}, cfg, logger)
+}
+
+// SharedPool implements sqlqueue.PoolOpener: the process-wide pool of dsn.
+func (Dialect) SharedPool(dsn string, maxConns int) (*sql.DB, io.Closer, error) {
+	return pools.Get(dsn, maxConns)
 }
 
 // DDL returns the T-SQL script creating the shared tables at the latest
@@ -150,23 +136,4 @@ func DDL(t sqlqueue.Tables, queues ...sqlqueue.QueueRef) string {
 		write(d.CreateQueue(sqlqueue.QueueFor(d, t, tg.Topic, tg.ConsumerGroup))...)
 	}
 	return b.String()
-}
-
-// dsnPool takes a reference to the shared pool of dsn (dropped with its
-// user), for sqlqueue.Build.
-func dsnPool(dsn string, maxConns int) func() (*sql.DB, io.Closer, error) {
-	return func() (*sql.DB, io.Closer, error) {
-		if dsn == "" {
-			return nil, nil, fmt.Errorf("%w: DSN: required when DB is nil", transport.ErrInvalidConfig)
-		}
-		return pools.Get(dsn, maxConns)
-	}
-}
-
-func (c SubscriberConfig) opener() func() (*sql.DB, io.Closer, error) {
-	return dsnPool(c.DSN, c.MaxOpenConns)
-}
-
-func (c PublisherConfig) opener() func() (*sql.DB, io.Closer, error) {
-	return dsnPool(c.DSN, c.MaxOpenConns)
 }

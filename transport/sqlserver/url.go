@@ -79,7 +79,7 @@ func ParsePublisherURL(u *url.URL) (PublisherConfig, error) {
 	var cfg PublisherConfig
 	dsn, maxConns, p := splitURL(u)
 	cfg.DSN, cfg.MaxOpenConns = dsn, maxConns
-	sqlurl.Publisher(p, &cfg.PublisherConfig)
+	sqlurl.Publisher(p, &cfg)
 	if err := p.Err(); err != nil {
 		return PublisherConfig{}, fmt.Errorf("%w: sqlserver URL: %w", transport.ErrInvalidConfig, err)
 	}
@@ -93,7 +93,7 @@ func ParseSubscriberURL(u *url.URL) (SubscriberConfig, error) {
 	var cfg SubscriberConfig
 	dsn, maxConns, p := splitURL(u)
 	cfg.DSN, cfg.MaxOpenConns = dsn, maxConns
-	sqlurl.Subscriber(p, &cfg.SubscriberConfig)
+	sqlurl.Subscriber(p, &cfg)
 	if err := p.Err(); err != nil {
 		return SubscriberConfig{}, fmt.Errorf("%w: sqlserver URL: %w", transport.ErrInvalidConfig, err)
 	}

@@ -66,7 +66,7 @@ func exactRun(t *testing.T, form Form, n int) float64 {
 	}
 	defer closer.Close()
 	const topic = "held"
-	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func exactRun(t *testing.T, form Form, n int) float64 {
 	sc := sqlqueue.SubscriberConfig{DB: db}
 	// Back-pressure out of the way: every message is held at once.
 	sc.Pipeline = receiver.Config{MaxQueue: 2 * n, MaxAttempts: -1, DrainTimeout: 2 * time.Second}
-	sub, err := sqlite.NewSubscriber(sqlite.SubscriberConfig{SubscriberConfig: sc}, nil)
+	sub, err := sqlite.NewSubscriber(sc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -346,7 +346,7 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	defer dbCloser.Close()
 
 	const topic = "flood"
-	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DB: db}, nil)
 	if err != nil {
 		return bench.Result{}, fmt.Errorf("membench: %w", err)
 	}
@@ -358,7 +358,7 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 		MaxAttempts:  -1,
 		DrainTimeout: 2 * time.Second,
 	}
-	sub, err := sqlite.NewSubscriber(sqlite.SubscriberConfig{SubscriberConfig: sc}, nil)
+	sub, err := sqlite.NewSubscriber(sc, nil)
 	if err != nil {
 		return bench.Result{}, fmt.Errorf("membench: %w", err)
 	}

@@ -177,7 +177,7 @@ FROM pg_stat_database WHERE datname = $1`, name).Scan(&n, &c)
 		if cfg.IdleConns != 0 {
 			db.SetMaxIdleConns(max(cfg.IdleConns, 0))
 		}
-		sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: db, Dialect: dialect, IdleProbeMax: cfg.IdleProbeMax}, nil)
+		sub, err := sqlqueue.NewSubscriber(dialect, sqlqueue.SubscriberConfig{DB: db, IdleProbeMax: cfg.IdleProbeMax}, nil)
 		if err != nil {
 			return res, err
 		}
@@ -238,7 +238,7 @@ FROM pg_stat_database WHERE datname = $1`, name).Scan(&n, &c)
 	}
 
 	latency := func(pubDB *sql.DB) ([]time.Duration, error) {
-		pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: dialect}, nil)
+		pub, err := sqlqueue.NewPublisher(dialect, sqlqueue.PublisherConfig{DB: pubDB}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -136,13 +136,13 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 	}
 	const topic = "ordered"
 	subCfg := func(db *sql.DB) sqlqueue.SubscriberConfig {
-		sc := sqlqueue.SubscriberConfig{DB: db, Dialect: dialect, Tables: tables}
+		sc := sqlqueue.SubscriberConfig{DB: db, Tables: tables}
 		sc.Pipeline.Concurrency = c.Concurrency
 		sc.Pipeline.MaxAttempts = -1
 		return sc
 	}
 	// The queue exists (and is subscribed) before the backlog goes in.
-	first, err := sqlqueue.NewSubscriber(subCfg(pubDB), nil)
+	first, err := sqlqueue.NewSubscriber(dialect, subCfg(pubDB), nil)
 	if err != nil {
 		return res, err
 	}
@@ -150,7 +150,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		return res, err
 	}
 	_ = first.Close()
-	pub, err := sqlqueue.NewPublisher(sqlqueue.PublisherConfig{DB: pubDB, Dialect: dialect, Tables: tables}, nil)
+	pub, err := sqlqueue.NewPublisher(dialect, sqlqueue.PublisherConfig{DB: pubDB, Tables: tables}, nil)
 	if err != nil {
 		return res, err
 	}
@@ -189,7 +189,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		if c.Database == ServicePostgres {
 			cleanup = append(cleanup, func() { _ = db.Close() })
 		}
-		sub, err := sqlqueue.NewSubscriber(subCfg(db), nil)
+		sub, err := sqlqueue.NewSubscriber(dialect, subCfg(db), nil)
 		if err != nil {
 			return res, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -61,7 +62,7 @@ func (p *peekSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if p.closed {
 		return nil, transport.ErrClosed
 	}
-	src, err := sqlqueue.NewSource(ctx, p.cfg, topic, nil)
+	src, err := sqlqueue.NewSource(ctx, postgres.Dialect{}, p.cfg, topic, nil)
 	if err != nil {
 		return nil, err
 	}

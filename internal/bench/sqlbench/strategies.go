@@ -74,11 +74,11 @@ func strategyByName(name string) (strategy, error) {
 }
 
 func berthPublisher(db *sql.DB) (message.Publisher, error) {
-	return postgres.NewPublisher(postgres.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db}}, nil)
+	return postgres.NewPublisher(postgres.PublisherConfig{DB: db}, nil)
 }
 
 func berthInitialize(db *sql.DB, topic string) error {
-	s, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{DB: db}}, nil)
+	s, err := postgres.NewSubscriber(postgres.SubscriberConfig{DB: db}, nil)
 	if err != nil {
 		return err
 	}
@@ -95,10 +95,10 @@ func berthStrategy() strategy {
 		initialize:   berthInitialize,
 		newPublisher: berthPublisher,
 		newInstance: func(db *sql.DB, concurrency int) (instance, error) {
-			s, err := postgres.NewSubscriber(postgres.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
+			s, err := postgres.NewSubscriber(postgres.SubscriberConfig{
 				DB:       db,
 				Pipeline: receiver.Config{Concurrency: concurrency},
-			}}, nil)
+			}, nil)
 			if err != nil {
 				return instance{}, err
 			}
@@ -115,7 +115,7 @@ func peekStrategy() strategy {
 		initialize:   berthInitialize,
 		newPublisher: berthPublisher,
 		newInstance: func(db *sql.DB, concurrency int) (instance, error) {
-			cfg := sqlqueue.SubscriberConfig{DB: db, Dialect: postgres.Dialect{}}
+			cfg := sqlqueue.SubscriberConfig{DB: db}
 			if err := cfg.Validate(); err != nil {
 				return instance{}, err
 			}
@@ -178,11 +178,11 @@ func watermillSQLStrategy() strategy {
 func sqlServerBerthStrategy(schema string) strategy {
 	tables := sqlqueue.Tables{Schema: schema}
 	newSub := func(db *sql.DB, concurrency int) (*sqlqueue.Subscriber, error) {
-		return sqlserver.NewSubscriber(sqlserver.SubscriberConfig{SubscriberConfig: sqlqueue.SubscriberConfig{
+		return sqlserver.NewSubscriber(sqlserver.SubscriberConfig{
 			DB:       db,
 			Tables:   tables,
 			Pipeline: receiver.Config{Concurrency: concurrency},
-		}}, nil)
+		}, nil)
 	}
 	return strategy{
 		name: StrategyBerth,
@@ -195,7 +195,7 @@ func sqlServerBerthStrategy(schema string) strategy {
 			return s.SubscribeInitialize(topic)
 		},
 		newPublisher: func(db *sql.DB) (message.Publisher, error) {
-			return sqlserver.NewPublisher(sqlserver.PublisherConfig{PublisherConfig: sqlqueue.PublisherConfig{DB: db, Tables: tables}}, nil)
+			return sqlserver.NewPublisher(sqlserver.PublisherConfig{DB: db, Tables: tables}, nil)
 		},
 		newInstance: func(db *sql.DB, concurrency int) (instance, error) {
 			s, err := newSub(db, concurrency)

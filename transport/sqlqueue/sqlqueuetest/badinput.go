@@ -53,7 +53,7 @@ func testBadInput(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 4)
 	const topic = "bad_input"
-	sub := newSubscriber(t, f.subConfig(db))
+	sub := f.newSubscriber(t, f.subConfig(db))
 	if err := sub.SubscribeInitialize(topic); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func testCloseReleasesPrefetched(t *testing.T, h Harness) {
 	c := f.subConfig(db)
 	c.Pipeline.Concurrency = 1
 	c.Pipeline.BufferSize = 20
-	sub := newSubscriber(t, c)
+	sub := f.newSubscriber(t, c)
 	ch, err := sub.Subscribe(context.Background(), "close_release")
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +158,8 @@ func testKilledInstance(t *testing.T, h Harness) {
 	pub := f.newPub(t, dbB)
 	ids := PublishN(t, pub, "killed", 6)
 
-	srcA := openSource(t, sqlqueue.SubscriberConfig{
-		DB: dbA, Dialect: h.Dialect, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
+	srcA := f.openSource(t, sqlqueue.SubscriberConfig{
+		DB: dbA, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
 	}, "killed")
 	ds, err := srcA.Claim(context.Background(), 6)
 	if err != nil || len(ds) != 6 {
@@ -180,7 +180,7 @@ func testKilledInstance(t *testing.T, h Harness) {
 	c.FetchTimeout = time.Second
 	c.Lease = time.Second
 	c.SweepInterval = 200 * time.Millisecond
-	subB := newSubscriber(t, c)
+	subB := f.newSubscriber(t, c)
 	ch, err := subB.Subscribe(context.Background(), "killed")
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func testCompeting(t *testing.T, h Harness) {
 	)
 	all := make(chan struct{})
 	for i := 0; i < 20; i++ {
-		sub := newSubscriber(t, f.subConfig(db))
+		sub := f.newSubscriber(t, f.subConfig(db))
 		subs = append(subs, sub)
 		ch, err := sub.Subscribe(context.Background(), "compete")
 		if err != nil {
@@ -277,7 +277,7 @@ func testCorruptHeaders(t *testing.T, h Harness) {
 	f := h.open(t)
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
-	sub := newSubscriber(t, f.subConfig(db))
+	sub := f.newSubscriber(t, f.subConfig(db))
 	if err := sub.SubscribeInitialize("corrupt"); err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func testSubscribeWhileWriting(t *testing.T, h Harness) {
 	f.insert(t, tx, q, RawRow{UUID: "open", Headers: "{}", Body: []byte{}})
 
 	subDB := f.pool(t, 3)
-	sub, err := sqlqueue.NewSubscriber(sqlqueue.SubscriberConfig{DB: subDB, Dialect: h.Dialect, Tables: f.env.Tables}, nil)
+	sub, err := sqlqueue.NewSubscriber(h.Dialect, sqlqueue.SubscriberConfig{DB: subDB, Tables: f.env.Tables}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func (f *fixture) fleetSub(t *testing.T, db *sql.DB, topic string, handled *atom
 	c := f.subConfig(db)
 	c.FleetInterval = fleetInterval
 	c.Pipeline.BufferSize = 16
-	sub := newSubscriber(t, c)
+	sub := f.newSubscriber(t, c)
 	ch, err := sub.Subscribe(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func testFleetCost(t *testing.T, h Harness) {
 	var handled atomic.Int64
 	c := f.subConfig(db)
 	c.FleetInterval = fleetInterval
-	sub := newSubscriber(t, c)
+	sub := f.newSubscriber(t, c)
 	for _, topic := range []string{"fleet_cost_a", "fleet_cost_b", "fleet_cost_c"} {
 		ch, err := sub.Subscribe(context.Background(), topic)
 		if err != nil {
@@ -345,7 +345,7 @@ func testFleetFaulted(t *testing.T, h Harness) {
 	c.Pipeline.CheckInterval = time.Minute // the fault stays until the test ends
 	inj := transporttest.NewFaults().Panic(transporttest.AtReceive, 1)
 	rsub, err := receiver.NewSubscriber(func(ctx context.Context, topic string) (transport.Source, error) {
-		src, err := sqlqueue.NewSource(ctx, c, topic, nil)
+		src, err := sqlqueue.NewSource(ctx, h.Dialect, c, topic, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -355,7 +355,7 @@ func testFleetFaulted(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rsub.Close() })
-	rep, err := sqlqueue.NewFleetReporter(c, sqlqueue.ReceiverMember(rsub), nil)
+	rep, err := sqlqueue.NewFleetReporter(h.Dialect, c, sqlqueue.ReceiverMember(rsub), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

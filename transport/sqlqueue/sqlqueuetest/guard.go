@@ -21,10 +21,10 @@ func testSweeperPanickingLogger(t *testing.T, h Harness) {
 	db := f.pool(t, 3)
 	logger := &guardtest.PanicLogger{}
 	cfg := sqlqueue.SubscriberConfig{
-		DB: db, Dialect: h.Dialect, Tables: f.env.Tables,
+		DB: db, Tables: f.env.Tables,
 		SweepInterval: 20 * time.Millisecond, FetchTimeout: time.Second, Lease: time.Second,
 	}
-	src, err := sqlqueue.NewSource(context.Background(), cfg, "guarded", logger)
+	src, err := sqlqueue.NewSource(context.Background(), h.Dialect, cfg, "guarded", logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func testSweeperPanickingLogger(t *testing.T, h Harness) {
 
 	// Back: another source provisions the table again; a row claimed and
 	// never begun is recovered once its fetch timeout passes.
-	openSource(t, sqlqueue.SubscriberConfig{DB: db, Dialect: h.Dialect, Tables: f.env.Tables, SweepInterval: -1}, "guarded")
+	f.openSource(t, sqlqueue.SubscriberConfig{DB: db, Tables: f.env.Tables, SweepInterval: -1}, "guarded")
 	PublishN(t, f.newPub(t, db), "guarded", 1)
 	ds, err := src.Claim(context.Background(), 1)
 	if err != nil || len(ds) != 1 {

@@ -19,7 +19,7 @@ import (
 // subConfig is the subscriber config of the cases on db: 8 permits, fast
 // retries forever, a short empty delay and drain.
 func (f *fixture) subConfig(db *sql.DB) sqlqueue.SubscriberConfig {
-	c := sqlqueue.SubscriberConfig{DB: db, Dialect: f.h.Dialect, Tables: f.env.Tables}
+	c := sqlqueue.SubscriberConfig{DB: db, Tables: f.env.Tables}
 	c.Pipeline.Concurrency = 8
 	c.Pipeline.RetryDelay = 10 * time.Millisecond
 	c.Pipeline.Wave.EmptyDelay = 100 * time.Millisecond
@@ -31,11 +31,11 @@ func (f *fixture) subConfig(db *sql.DB) sqlqueue.SubscriberConfig {
 // newPub returns a publisher on db, closed at cleanup.
 func (f *fixture) newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.PublisherConfig)) *sqlqueue.Publisher {
 	t.Helper()
-	c := sqlqueue.PublisherConfig{DB: db, Dialect: f.h.Dialect, Tables: f.env.Tables}
+	c := sqlqueue.PublisherConfig{DB: db, Tables: f.env.Tables}
 	for _, m := range mut {
 		m(&c)
 	}
-	p, err := sqlqueue.NewPublisher(c, nil)
+	p, err := sqlqueue.NewPublisher(f.h.Dialect, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +45,9 @@ func (f *fixture) newPub(t *testing.T, db *sql.DB, mut ...func(*sqlqueue.Publish
 
 // newSubscriber returns a subscriber with config c, closed at cleanup
 // (Close is idempotent: a case may close it earlier).
-func newSubscriber(t *testing.T, c sqlqueue.SubscriberConfig) *sqlqueue.Subscriber {
+func (f *fixture) newSubscriber(t *testing.T, c sqlqueue.SubscriberConfig) *sqlqueue.Subscriber {
 	t.Helper()
-	s, err := sqlqueue.NewSubscriber(c, nil)
+	s, err := sqlqueue.NewSubscriber(f.h.Dialect, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,12 +61,12 @@ func (f *fixture) newSource(t *testing.T, db *sql.DB, topic string) *sqlqueue.So
 	t.Helper()
 	c := f.subConfig(db)
 	c.SweepInterval = -1
-	return openSource(t, c, topic)
+	return f.openSource(t, c, topic)
 }
 
-func openSource(t *testing.T, c sqlqueue.SubscriberConfig, topic string) *sqlqueue.Source {
+func (f *fixture) openSource(t *testing.T, c sqlqueue.SubscriberConfig, topic string) *sqlqueue.Source {
 	t.Helper()
-	s, err := sqlqueue.NewSource(context.Background(), c, topic, nil)
+	s, err := sqlqueue.NewSource(context.Background(), f.h.Dialect, c, topic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

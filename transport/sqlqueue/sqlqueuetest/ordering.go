@@ -76,7 +76,7 @@ func testOrderedLedger(t *testing.T, h Harness) {
 		c.Lease = 10 * time.Second
 		c.FetchTimeout = 5 * time.Second
 		c.SweepInterval = 200 * time.Millisecond
-		in.sub = newSubscriber(t, c)
+		in.sub = f.newSubscriber(t, c)
 		if err := in.sub.SubscribeInitialize(topic); err != nil {
 			t.Fatal(err)
 		}

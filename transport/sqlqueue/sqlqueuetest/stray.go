@@ -56,7 +56,7 @@ func testSweepStray(t *testing.T, h Harness) {
 	c := f.subConfig(db)
 	c.SweepInterval = -1
 	c.Pipeline.MaxAttempts = 3 // the sweep also runs DeadLetterExpired, which must take none of these rows
-	src := openSource(t, c, "stray")
+	src := f.openSource(t, c, "stray")
 	q := src.Queue()
 	ctx := context.Background()
 	claimed, err := src.Claim(ctx, 1) // one fetched row with a lease; one pending
