@@ -12,8 +12,9 @@ import (
 	"github.com/berth-go/berth/transport"
 )
 
-// dispatch takes a permit, then the oldest buffered delivery, and starts
-// processing it.
+// dispatch waits for a delivery it may dispatch, then for a permit, and
+// starts processing the oldest such delivery. It holds no permit while
+// nothing is ready, so Reserve finds every idle permit free.
 func (r *stage) dispatch() {
 	defer r.workers.Done()
 	defer func() {
@@ -21,58 +22,94 @@ func (r *stage) dispatch() {
 			r.recordFault("dispatch", guard.PanicError(p))
 		}
 	}()
-	for {
+	for r.awaitReady() {
 		select {
 		case r.permits <- struct{}{}:
 		case <-r.stop:
 			return
 		}
 		d := r.take()
-		if d == nil {
+		if d == nil { // released meanwhile (Pause), or the stage stopped
 			<-r.permits
-			return
+			continue
 		}
 		r.workers.Add(1)
 		go r.process(d)
 	}
 }
 
-// take waits for a buffered delivery; nil means the stage stopped.
-func (r *stage) take() *transport.Delivery {
+// readyIndex returns the index of the buffered delivery to dispatch next,
+// or -1 when there is none (the buffer is empty, or every buffered
+// delivery waits for its key). With take, the delivery's key is marked
+// busy (nextIndex); without, the buffer is only looked at. r.mu must be
+// held.
+func (r *stage) readyIndex(take bool) int {
+	switch {
+	case len(r.buf) == 0:
+		return -1
+	case r.seq == nil:
+		return 0
+	case take:
+		return r.nextIndex()
+	}
+	for i, d := range r.buf {
+		key := r.seq.SequenceKey(d)
+		if _, busy := r.busy[key]; key == "" || !busy {
+			return i
+		}
+	}
+	return -1
+}
+
+// awaitReady waits until a buffered delivery may be dispatched; false
+// means the stage stopped.
+func (r *stage) awaitReady() bool {
 	for {
 		r.mu.Lock()
-		if r.isStopped() {
-			r.mu.Unlock()
-			return nil
-		}
-		i := 0
-		if r.seq != nil && len(r.buf) > 0 {
-			i = r.nextIndex() // -1: every buffered delivery waits for its key
-		}
-		if len(r.buf) > 0 && i >= 0 {
-			d := r.buf[i]
-			if i == 0 {
-				r.buf[0] = nil
-				r.buf = r.buf[1:]
-			} else {
-				r.buf = slices.Delete(r.buf, i, i+1)
-			}
-			if len(r.buf) == 0 {
-				r.buf = nil // let the backing array go
-			}
-			r.inflight.Add(1)
-			r.dispatched.Add(1)
-			r.mu.Unlock()
-			r.changed()
-			return d
-		}
+		i, stopped := r.readyIndex(false), r.isStopped()
 		r.mu.Unlock()
+		if stopped {
+			return false
+		}
+		if i >= 0 {
+			return true
+		}
 		select {
 		case <-r.avail:
 		case <-r.stop:
-			return nil
+			return false
 		}
 	}
+}
+
+// take removes the buffered delivery to dispatch next, counting it in
+// flight; nil when there is none or the stage stopped.
+func (r *stage) take() *transport.Delivery {
+	r.mu.Lock()
+	if r.isStopped() {
+		r.mu.Unlock()
+		return nil
+	}
+	i := r.readyIndex(true)
+	if i < 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	d := r.buf[i]
+	if i == 0 {
+		r.buf[0] = nil
+		r.buf = r.buf[1:]
+	} else {
+		r.buf = slices.Delete(r.buf, i, i+1)
+	}
+	if len(r.buf) == 0 {
+		r.buf = nil // let the backing array go
+	}
+	r.inflight.Add(1)
+	r.dispatched.Add(1)
+	r.mu.Unlock()
+	r.changed()
+	return d
 }
 
 // process runs one delivery through map, gate and delivery, then hands it
@@ -112,22 +149,9 @@ func (r *stage) process(d *transport.Delivery) {
 	}
 	d.Raw = nil
 
-	// The lease gate.
-	ctx, cancel := r.callCtx()
-	p := guard.Call(func() { err = r.src.Begin(ctx, d) })
-	cancel()
-	switch {
-	case p != nil:
-		// Begin panicked: fault, and hand the delivery back rather than
-		// leave it to lease expiry (a lost lease makes the call a no-op).
-		r.recordFault("begin", p)
-		r.retry(d, msg, 0)
-		return
-	case errors.Is(err, transport.ErrLeaseLost):
-		r.logDebug("lease lost before processing; skipped", watermill.LogFields{"id": d.ID})
-		return
-	case err != nil:
-		r.logError("lease gate failed; the delivery is left to lease recovery", err, watermill.LogFields{"id": d.ID})
+	// The lease gate, unless the source claimed the delivery straight
+	// into processing for this permit.
+	if !d.Started && !r.gate(d, msg) {
 		return
 	}
 
@@ -144,4 +168,28 @@ func (r *stage) process(d *transport.Delivery) {
 		return
 	}
 	f.watch(f.wake)
+}
+
+// gate runs the lease gate (Begin) and reports whether the delivery may go
+// to user code.
+func (r *stage) gate(d *transport.Delivery, msg *message.Message) bool {
+	var err error
+	ctx, cancel := r.callCtx()
+	p := guard.Call(func() { err = r.src.Begin(ctx, d) })
+	cancel()
+	switch {
+	case p != nil:
+		// Begin panicked: fault, and hand the delivery back rather than
+		// leave it to lease expiry (a lost lease makes the call a no-op).
+		r.recordFault("begin", p)
+		r.retry(d, msg, 0)
+		return false
+	case errors.Is(err, transport.ErrLeaseLost):
+		r.logDebug("lease lost before processing; skipped", watermill.LogFields{"id": d.ID})
+		return false
+	case err != nil:
+		r.logError("lease gate failed; the delivery is left to lease recovery", err, watermill.LogFields{"id": d.ID})
+		return false
+	}
+	return true
 }

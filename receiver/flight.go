@@ -122,11 +122,17 @@ func (f *flight) watch(wake <-chan struct{}) {
 }
 
 // undelivered hands back a flight user code never saw (the stage stopped
-// before the channel took it).
+// before the channel took it): released when it was claimed started (the
+// source undoes the attempt its claim counted), else retried at once (its
+// Begin counted the attempt, and Release is for deliveries never gated).
 func (f *flight) undelivered() {
 	f.take()
 	f.tracker.Cancel()
-	f.r.retry(f.d, f.msg, 0)
+	if f.d.Started {
+		f.r.release([]*transport.Delivery{f.d})
+	} else {
+		f.r.retry(f.d, f.msg, 0)
+	}
 	f.end(transport.OutcomeAbandoned)
 }
 

@@ -49,6 +49,7 @@ type Listener struct {
 	out       *outbox
 	pending   *Pending
 	claimSize int
+	direct    transport.DirectClaimer // nil: the source has no direct claims
 	wakeCh    <-chan struct{}
 	hinter    transport.WakeHinter
 	loopKick  chan struct{}
@@ -124,6 +125,9 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	l.pending = NewPending(l.kick)
 	if cs, ok := cfg.Source.(transport.ClaimSizer); ok && cs.MaxClaim() > 0 {
 		l.claimSize = cs.MaxClaim()
+	}
+	if dc, ok := cfg.Source.(transport.DirectClaimer); ok && l.claimSize == 0 && !isSequencer(cfg.Source) {
+		l.direct = dc
 	}
 	if w, ok := cfg.Source.(transport.Waker); ok {
 		l.wakeCh = w.Wake()
@@ -341,3 +345,10 @@ func (l *Listener) Close(ctx context.Context) error {
 
 // Closed is closed when Close has finished.
 func (l *Listener) Closed() <-chan struct{} { return l.closed }
+
+// isSequencer reports whether src needs sequenced dispatch: its deliveries
+// must pass the buffer in claim order, so none is claimed started.
+func isSequencer(src transport.Source) bool {
+	_, ok := src.(transport.Sequencer)
+	return ok
+}

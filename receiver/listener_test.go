@@ -354,6 +354,10 @@ func (z *zombie) Push(ds []*transport.Delivery) {
 	z.held = append(z.held, ds...)
 	z.mu.Unlock()
 }
+func (z *zombie) Reserve(int) int { return 0 }
+func (z *zombie) PushReserved(ds []*transport.Delivery, _ int) {
+	z.Push(ds)
+}
 func (z *zombie) Free() int               { z.mu.Lock(); defer z.mu.Unlock(); return max(0, 10-len(z.held)) }
 func (z *zombie) Buffered() int           { z.mu.Lock(); defer z.mu.Unlock(); return len(z.held) }
 func (z *zombie) InFlight() int           { return 0 }

@@ -176,11 +176,24 @@ func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
 // claimWave launches one wave of n probes and pushes what they claim.
 func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched, found, claimed int, err error) {
 	if l.claimSize == 0 {
-		ds, err := l.claim(ctx, n)
+		// Rows claimed for permits free now go to user code at once,
+		// claimed straight into processing; the rest are buffered.
+		reserved := 0
+		if l.direct != nil {
+			reserved = r.Reserve(n)
+		}
+		ds, err := l.claim(ctx, n, reserved)
+		if err != nil {
+			ds = nil
+		}
+		if reserved > 0 {
+			r.PushReserved(ds, reserved) // frees the permits left over
+		} else {
+			r.Push(ds)
+		}
 		if err != nil {
 			return n, 0, 0, err
 		}
-		r.Push(ds)
 		return n, len(ds), len(ds), nil
 	}
 	// One Claim per probe, run concurrently, each pushed as it returns. Ask
@@ -202,7 +215,7 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds, err := l.claim(ctx, m)
+			ds, err := l.claim(ctx, m, 0)
 			if len(ds) > 0 {
 				l.current().Push(ds) // the stage installed now releases them if it stopped
 			}
@@ -223,16 +236,21 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 	return launched, hits, claimed, nil
 }
 
-// claim makes one Claim call on the source and reports it to the observer,
-// unless the listener's own stop cut it short. A Claim that panics records
-// a receive fault (the watchdog rebuilds) and counts as a failed call.
-func (l *Listener) claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+// claim makes one Claim call on the source (ClaimDirect when direct > 0)
+// and reports it to the observer, unless the listener's own stop cut it
+// short. A Claim that panics records a receive fault (the watchdog
+// rebuilds) and counts as a failed call.
+func (l *Listener) claim(ctx context.Context, max, direct int) ([]*transport.Delivery, error) {
 	start := time.Now()
 	var (
 		ds  []*transport.Delivery
 		err error
 	)
-	if p := guard.Call(func() { ds, err = l.cfg.Source.Claim(ctx, max) }); p != nil {
+	call := func() { ds, err = l.cfg.Source.Claim(ctx, max) }
+	if direct > 0 {
+		call = func() { ds, err = l.direct.ClaimDirect(ctx, max, direct) }
+	}
+	if p := guard.Call(call); p != nil {
 		l.recordLoopFault("receive", p)
 		return nil, p
 	}

@@ -20,6 +20,17 @@ type pipe interface {
 	// Push hands claimed deliveries to the stage. It never blocks; the loop
 	// claims no more than Free reported.
 	Push(ds []*transport.Delivery)
+	// Reserve takes, without waiting, up to n of the concurrency permits
+	// free now, for deliveries a transport.DirectClaimer claims straight
+	// into processing, and returns how many it took. It takes none while
+	// deliveries are buffered: the free permits are theirs. Every
+	// reservation ends with one PushReserved.
+	Reserve(n int) int
+	// PushReserved hands claimed deliveries to the stage with the permits
+	// Reserve took: each started delivery (at most reserved of them) goes to
+	// user code at once on one of those permits, the others are buffered as
+	// by Push, and the permits left over are freed. It never blocks.
+	PushReserved(ds []*transport.Delivery, reserved int)
 	// Free is the number of deliveries the buffer can still take.
 	Free() int
 	// Buffered is the number of deliveries waiting for a permit.
@@ -169,6 +180,73 @@ func (r *stage) Push(ds []*transport.Delivery) {
 	default:
 	}
 	r.changed()
+}
+
+// Reserve implements pipe.
+func (r *stage) Reserve(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.isStopped() || len(r.buf) > 0 {
+		return 0
+	}
+	k := 0
+	for ; k < n; k++ {
+		select {
+		case r.permits <- struct{}{}:
+		default:
+			return k
+		}
+	}
+	return k
+}
+
+// PushReserved implements pipe. Deliveries handed over after the stage
+// stopped are released to the broker at once (started ones included: the
+// source undoes their attempt).
+func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
+	started := 0
+	for _, d := range ds {
+		if d.Started && started < reserved {
+			started++
+		}
+	}
+	r.mu.Lock()
+	if r.closed || r.isStopped() {
+		r.mu.Unlock()
+		r.unreserve(reserved)
+		r.release(ds)
+		return
+	}
+	// Counted before the lock is let go: Close waits for workers once it
+	// has set closed under the same lock.
+	r.workers.Add(started)
+	r.inflight.Add(int64(started))
+	r.dispatched.Add(int64(started))
+	r.mu.Unlock()
+	r.unreserve(reserved - started)
+	if started == 0 {
+		r.Push(ds)
+		return
+	}
+	rest := make([]*transport.Delivery, 0, len(ds)-started)
+	n := 0
+	for _, d := range ds {
+		if d.Started && n < started {
+			n++
+			go r.process(d)
+			continue
+		}
+		rest = append(rest, d)
+	}
+	r.changed()
+	r.Push(rest)
+}
+
+// unreserve frees n permits Reserve took and no delivery used.
+func (r *stage) unreserve(n int) {
+	for range n {
+		<-r.permits
+	}
 }
 
 // Free implements pipe.

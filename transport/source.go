@@ -17,7 +17,8 @@ import (
 // All methods may be called concurrently. Settlement methods (Begin,
 // Complete, Retry, Release, DeadLetter) are called at most once per delivery
 // in the order Begin → (Complete | Retry | DeadLetter), or Release alone for a
-// delivery that never reached user code. A source is free to coalesce
+// delivery that never reached user code; a delivery a DirectClaimer claimed
+// already started skips Begin. A source is free to coalesce
 // concurrent calls into batched broker requests (one DELETE for many acks, one
 // DeleteMessageBatch for ten), as long as each call returns the outcome of its
 // own delivery.
@@ -80,6 +81,30 @@ type Delivery struct {
 	// SQL row's buffers). The pipeline sets it to nil once Map has succeeded,
 	// so the broker payload is not retained next to the mapped message.
 	Raw any
+
+	// Started is set by a DirectClaimer on a delivery it claimed straight
+	// into processing: its lease gate is passed (attempt counted, processing
+	// lease set), so the pipeline does not call Begin for it.
+	Started bool
+}
+
+// A DirectClaimer is a Source that can claim deliveries straight into
+// processing, so that a delivery claimed for a concurrency permit that is
+// free at that moment costs no separate lease gate (Begin). The lease gate
+// protects deliveries that wait in the buffer; one that goes to user code at
+// once does not wait.
+//
+// The receive loop reserves the permits free at claim time and calls
+// ClaimDirect with their number; it hands each started delivery to user code
+// on one of them at once and buffers the rest, which pass the lease gate as
+// usual. A started delivery that never reaches user code (the stage stopped
+// first) is given to Release, which must then undo the attempt it counted.
+type DirectClaimer interface {
+	// ClaimDirect is Claim, except that at most direct (0 ≤ direct ≤ max)
+	// of the returned deliveries, the first in claim order, may already be
+	// started: Delivery.Started set, Attempt counting this attempt, the
+	// processing lease running. With direct 0 it is Claim.
+	ClaimDirect(ctx context.Context, max, direct int) ([]*Delivery, error)
 }
 
 // ClaimSizer is implemented by sources whose Claim returns at most a fixed

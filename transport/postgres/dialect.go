@@ -32,6 +32,7 @@ var (
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.QueueChecker           = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
+	_ sqlqueue.DirectDialect          = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 )
 
@@ -308,6 +309,41 @@ WHERE q.id = ANY(ARRAY(
 ))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)
+}
+
+// ClaimDirect implements sqlqueue.DirectDialect: Claim's row choice, taken
+// once as an array (the init plan Claim uses), of which the first direct
+// entries (the oldest due) are set to processing as Begin would, the rest
+// to fetched, in one statement.
+func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
+	return st(`WITH c AS (SELECT ARRAY(
+	SELECT p.id FROM `+q.Table+` AS p
+	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	  AND (p.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+	ORDER BY p.due_at, p.id
+	LIMIT $3
+	FOR UPDATE OF p SKIP LOCKED
+) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started FROM c)
+UPDATE `+q.Table+` AS q
+SET state = CASE WHEN q.id = ANY(d.started) THEN 2 ELSE 1 END,
+	owner = $1,
+	attempts = q.attempts + CASE WHEN q.id = ANY(d.started) THEN 1 ELSE 0 END,
+	lease_until = now() + CASE WHEN q.id = ANY(d.started) THEN $5::bigint ELSE $2::bigint END * interval '1 millisecond'
+FROM d
+WHERE q.id = ANY(d.ids)
+RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state`,
+		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease))
+}
+
+// ReleaseDirect implements sqlqueue.DirectDialect.
+func (Dialect) ReleaseDirect(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	ids, owners := refArrays(refs)
+	return st(`UPDATE `+q.Table+` AS q
+SET state = 0, owner = NULL, lease_until = NULL, attempts = greatest(q.attempts - 1, 0)
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+RETURNING q.id`, ids, owners)
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, a seek of the

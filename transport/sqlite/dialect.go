@@ -28,6 +28,7 @@ var (
 	_ sqlqueue.Dialect                = Dialect{}
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
+	_ sqlqueue.DirectDialect          = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.QueueUpgrader          = Dialect{}
 )
@@ -213,6 +214,34 @@ WHERE id IN (
 )
 RETURNING id, uuid, headers, body, attempts`,
 		owner, now+sqlqueue.Millis(fetchTimeout), now, now, n)
+}
+
+// ClaimDirect implements sqlqueue.DirectDialect: Claim's row choice,
+// materialized once, of which the first direct rows (the oldest due) are
+// set to processing as Begin would, the rest to fetched, in one statement.
+func (d Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
+	now := d.now()
+	return st(`WITH c AS MATERIALIZED (
+	SELECT p.id, p.due_at FROM `+q.Table+` AS p
+	WHERE p.state = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
+	  AND (p.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+	ORDER BY p.due_at, p.id
+	LIMIT ?2
+), s AS MATERIALIZED (SELECT id FROM c ORDER BY due_at, id LIMIT ?3)
+UPDATE `+q.Table+`
+SET state = CASE WHEN id IN (SELECT id FROM s) THEN 2 ELSE 1 END,
+	owner = ?4,
+	attempts = attempts + CASE WHEN id IN (SELECT id FROM s) THEN 1 ELSE 0 END,
+	lease_until = CASE WHEN id IN (SELECT id FROM s) THEN ?5 ELSE ?6 END
+WHERE id IN (SELECT id FROM c)
+RETURNING id, uuid, headers, body, attempts, state`,
+		now, n, direct, owner, now+sqlqueue.Millis(lease), now+sqlqueue.Millis(fetchTimeout))
+}
+
+// ReleaseDirect implements sqlqueue.DirectDialect.
+func (Dialect) ReleaseDirect(q sqlqueue.Queue, rs []sqlqueue.Ref) sqlqueue.Stmt {
+	return fenced(rs, `UPDATE `+q.Table+` SET state = 0, owner = NULL, lease_until = NULL, attempts = max(attempts - 1, 0)`, "2", "id")
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, two seeks of the

@@ -180,6 +180,26 @@ type Dialect interface {
 	DropExpired(q Queue, limit int) Stmt
 }
 
+// DirectDialect is implemented by dialects that can claim rows straight
+// into processing (see transport.DirectClaimer). The engine uses ClaimDirect
+// instead of Claim when the receive loop has free permits for some of the
+// rows it claims; a dialect without it claims every row fetched, and each
+// passes Begin.
+type DirectDialect interface {
+	// ClaimDirect is Claim, except that the first direct rows in claim
+	// order (oldest due first; direct ≤ n) are claimed as Claim then Begin
+	// would leave them: StateProcessing, owner, attempts = attempts + 1,
+	// lease_until = now + lease. The others are claimed as by Claim
+	// (StateFetched, lease_until = now + fetchTimeout). It returns the
+	// columns id, uuid, headers, body, attempts, state in that order.
+	ClaimDirect(q Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) Stmt
+	// ReleaseDirect returns rows that ClaimDirect claimed into processing
+	// and that never reached user code to StatePending: attempts =
+	// attempts - 1 (the claim's count undone), owner and lease_until
+	// cleared, due_at unchanged, fenced on StateProcessing. Returns ids.
+	ReleaseDirect(q Queue, refs []Ref) Stmt
+}
+
 // Notifier is implemented by dialects whose database pushes wake-ups
 // (PostgreSQL LISTEN/NOTIFY). The engine gives it one dedicated connection
 // per pool.

@@ -55,17 +55,19 @@ type Source struct {
 }
 
 var (
-	_ transport.Source  = (*Source)(nil)
-	_ transport.Renewer = (*Source)(nil)
-	_ transport.Waker   = (*Source)(nil)
+	_ transport.Source        = (*Source)(nil)
+	_ transport.Renewer       = (*Source)(nil)
+	_ transport.Waker         = (*Source)(nil)
+	_ transport.DirectClaimer = (*Source)(nil)
 )
 
 // handle is a delivery's settlement token. keyed: the row has an ordering
 // key, so settling it may unblock the next row of its key (see
-// unblocked).
+// unblocked). started: the claim put the row straight into processing.
 type handle struct {
-	ref   Ref
-	keyed bool
+	ref     Ref
+	keyed   bool
+	started bool
 }
 
 // rawRow is a claimed row's buffers, referenced only by Delivery.Raw until
@@ -137,6 +139,14 @@ func newOwner() int64 {
 // ctx (a claim whose result were lost would strand its rows until the fetch
 // timeout); it is bounded by StatementTimeout.
 func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	return s.ClaimDirect(ctx, max, 0)
+}
+
+// ClaimDirect implements transport.DirectClaimer: the same statement claims
+// the first direct rows straight into processing (attempt counted, the
+// processing lease set), when the dialect can (DirectDialect); otherwise
+// it is Claim.
+func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport.Delivery, error) {
 	s.w.idle.Store(false)
 	s.w.claimed.Store(time.Now().UnixNano())
 	woken := s.w.woke.Swap(false)
@@ -179,9 +189,20 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 	// deadlock victim) claimed nothing; one whose reply was lost may have
 	// claimed rows, which no delivery here refers to: the sweeper returns
 	// them to pending after the fetch timeout, attempts unchanged.
-	st := s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout)
+	dd, _ := s.e.d.(DirectDialect)
+	direct = min(direct, max)
+	if dd == nil {
+		direct = 0
+	}
+	var st Stmt
+	if direct > 0 {
+		st = dd.ClaimDirect(s.q, owner, max, direct, s.cfg.FetchTimeout, s.cfg.Lease)
+	} else {
+		st = s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout)
+	}
+	started := 0
 	err := s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
-		ds = nil
+		ds, started = nil, 0
 		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
 			var (
 				id       int64
@@ -189,15 +210,27 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 				headers  []byte
 				body     []byte
 				attempts int
+				state    int
 			)
-			if err := r.Scan(&id, &uuid, &headers, &body, &attempts); err != nil {
+			dest := []any{&id, &uuid, &headers, &body, &attempts}
+			if direct > 0 {
+				dest = append(dest, &state)
+			}
+			if err := r.Scan(dest...); err != nil {
 				return err
+			}
+			// A row only the fence could have put in processing: one this
+			// claim asked for (a dialect's statement gets no more).
+			begun := state == StateProcessing && started < direct
+			if begun {
+				started++
 			}
 			ds = append(ds, &transport.Delivery{
 				ID:      strconv.FormatInt(id, 10),
 				Attempt: attempts,
-				Handle:  handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers)},
+				Handle:  handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers), started: begun},
 				Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
+				Started: begun,
 			})
 			return nil
 		})
@@ -227,6 +260,7 @@ func (s *Source) Claim(ctx context.Context, max int) ([]*transport.Delivery, err
 		s.idle.wake()
 	}
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
+	s.e.ctrs.startedRows.Add(int64(started))
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
 		return compareID(a, b)
 	})
@@ -390,22 +424,44 @@ func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
 }
 
 // Release implements transport.Source: every given prefetched row returns
-// to pending in one fenced statement, attempts unchanged.
+// to pending in one fenced statement, attempts unchanged. Rows claimed
+// straight into processing return to pending with the attempt their claim
+// counted taken back (DirectDialect.ReleaseDirect), in a statement of their
+// own.
 func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
 	// The listener is pausing or stopping: it won't claim, so it must not
 	// be elected for wake-ups. Released rows are due at once: let another
 	// source of this pool take them without waiting for its poll.
 	s.w.idle.Store(false)
 	defer localWake.notify(wakeKey{s.e.db, s.q.Name})
+	var fetched, started []*transport.Delivery
+	for _, d := range ds {
+		if h, _ := d.Handle.(handle); h.started {
+			started = append(started, d)
+		} else {
+			fetched = append(fetched, d)
+		}
+	}
 	var errs []error
-	for chunk := range slices.Chunk(ds, s.cfg.SettleBatch) {
-		for _, err := range s.fenced(ctx, chunk, s.e.d.Release(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}) {
-			if err != nil {
-				errs = append(errs, err)
-			}
+	for chunk := range slices.Chunk(fetched, s.cfg.SettleBatch) {
+		errs = appendErrs(errs, s.fenced(ctx, chunk, s.e.d.Release(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}))
+	}
+	if dd, ok := s.e.d.(DirectDialect); ok {
+		for chunk := range slices.Chunk(started, s.cfg.SettleBatch) {
+			errs = appendErrs(errs, s.fenced(ctx, chunk, dd.ReleaseDirect(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appendErrs appends the non-nil errors of errs to dst.
+func appendErrs(dst, errs []error) []error {
+	for _, err := range errs {
+		if err != nil {
+			dst = append(dst, err)
+		}
+	}
+	return dst
 }
 
 // RenewInterval implements transport.Renewer: a third of the lease.

@@ -7,6 +7,7 @@ import "sync/atomic"
 // Snapshot.
 type Counters struct {
 	claims, emptyClaims, claimedRows             atomic.Int64
+	startedRows                                  atomic.Int64
 	skippedClaims                                atomic.Int64
 	begins, completes, renews, retries, releases atomic.Int64
 	deadLetters, inserts, sweeps, txs, other     atomic.Int64
@@ -21,6 +22,9 @@ type Stats struct {
 	Claims      int64 // claim statements
 	EmptyClaims int64 // claim statements that returned no row
 	ClaimedRows int64 // rows claimed
+	// StartedRows counts the claimed rows that went straight into
+	// processing (claimed for a free permit: no Begin of their own).
+	StartedRows int64
 	// SkippedClaims counts claims answered empty without a round trip (not
 	// in Claims): the previous claim came back short and no wake-up
 	// arrived since.
@@ -76,8 +80,8 @@ func (s Stats) RoundTrips() int64 {
 func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Claims: c.claims.Load(), EmptyClaims: c.emptyClaims.Load(), ClaimedRows: c.claimedRows.Load(),
-		SkippedClaims: c.skippedClaims.Load(),
-		Begins:        c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
+		SkippedClaims: c.skippedClaims.Load(), StartedRows: c.startedRows.Load(),
+		Begins: c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
 		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),

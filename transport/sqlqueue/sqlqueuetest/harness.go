@@ -154,6 +154,9 @@ var cases = []struct {
 	{"OrderedPerKeyAcrossInstances", testOrderedLedger},
 	{"OrderedClaimTakesOnlyHeads", testOrderedClaim},
 	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
+	{"DirectClaimCountsAttemptOnce", testDirectClaim},
+	{"DirectClaimReleasedOnClose", testDirectClose},
+	{"DirectClaimRecoveredAsProcessing", testDirectRecovered},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
