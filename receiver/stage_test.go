@@ -401,3 +401,60 @@ func TestDeadLetterReasonFromHandler(t *testing.T) {
 		t.Errorf("the retried message was dead-lettered: %v", src.dead)
 	}
 }
+
+// Deliveries claimed started go to user code on the permits Reserve took,
+// without the lease gate; the others are buffered and gated; a permit
+// reserved and not used is freed. A started delivery that never reached
+// user code is released on close, the one user code held is handed back.
+func TestStartedDeliveriesSkipTheGate(t *testing.T) {
+	src := newGateSource()
+	r, out := start(t, src, receiver.Config{Concurrency: 3})
+	if got := r.Reserve(5); got != 3 {
+		t.Fatalf("Reserve(5) with 3 idle permits = %d, want 3", got)
+	}
+	r.PushReserved([]*transport.Delivery{
+		{ID: "s1", Attempt: 1, Started: true, Raw: "a"},
+		{ID: "b1", Raw: "b"},
+		{ID: "s2", Attempt: 1, Started: true, Raw: "c"},
+	}, 3)
+	got := map[string]string{}
+	var held []*message.Message
+	for range 3 {
+		m := recv(t, out)
+		got[m.UUID] = m.Metadata.Get(transport.MetadataAttempt)
+		held = append(held, m)
+	}
+	// Begin adds one to Attempt: a started delivery that passed it would
+	// read 2.
+	if got["s1"] != "1" || got["s2"] != "1" || got["b1"] != "1" {
+		t.Fatalf("attempts = %v, want 1 each (started ones not gated, b1 gated once)", got)
+	}
+	if n := r.Reserve(1); n != 0 {
+		t.Fatalf("Reserve with every permit in use = %d, want 0", n)
+	}
+	r.PushReserved(nil, 0)
+	for _, m := range held {
+		m.Ack()
+	}
+	eventually(t, "acks settled", func() bool { return r.InFlight() == 0 })
+
+	// Two started deliveries; user code reads one and holds it, the other
+	// waits for the channel when the stage closes.
+	if got := r.Reserve(2); got != 2 {
+		t.Fatalf("Reserve(2) = %d, want 2", got)
+	}
+	r.PushReserved([]*transport.Delivery{
+		{ID: "s3", Attempt: 1, Started: true, Raw: "d"},
+		{ID: "s4", Attempt: 1, Started: true, Raw: "e"},
+	}, 2)
+	first := recv(t, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_ = r.Close(ctx)
+	other := map[string]string{"s3": "s4", "s4": "s3"}[first.UUID]
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if _, ok := src.retried[first.UUID]; !ok || len(src.released) != 1 || src.released[0] != other {
+		t.Fatalf("retried %v, released %v; want %s handed back, %s released", src.retried, src.released, first.UUID, other)
+	}
+}
