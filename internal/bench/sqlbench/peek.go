@@ -200,6 +200,7 @@ func addStats(a *sqlqueue.Stats, b sqlqueue.Stats) {
 	a.Claims += b.Claims
 	a.EmptyClaims += b.EmptyClaims
 	a.ClaimedRows += b.ClaimedRows
+	a.StartedRows += b.StartedRows
 	a.Begins += b.Begins
 	a.Completes += b.Completes
 	a.Renews += b.Renews

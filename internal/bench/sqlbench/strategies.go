@@ -53,10 +53,10 @@ type instance struct {
 	peeks func() (peeks, empty int64)
 }
 
-// isBerthClaim matches the engine's claim statement (and not the sweeper's,
-// which also uses SKIP LOCKED).
+// isBerthClaim matches the engine's claim statements, Claim and
+// ClaimDirect (and not the sweeper's, which also uses SKIP LOCKED).
 func isBerthClaim(sql string) bool {
-	return strings.Contains(sql, "SET state = 1, owner =")
+	return strings.Contains(sql, "SET state = 1, owner =") || strings.Contains(sql, "q.id = ANY(d.started)")
 }
 
 func strategyByName(name string) (strategy, error) {
