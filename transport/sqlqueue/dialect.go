@@ -34,7 +34,8 @@ const (
 //	body        the payload (binary)
 //	state       small integer: StatePending, StateFetched, StateProcessing
 //	owner       bigint claim token; NULL while pending
-//	attempts    integer, starts at 0, +1 at Begin (never at claim)
+//	attempts    integer, starts at 0, +1 at Begin, or in ClaimDirect for a row
+//	            claimed straight into processing (never for a fetched row)
 //	created_at  time of insert
 //	due_at      the row may be claimed once due_at <= now
 //	lease_until fetch timeout (fetched) or processing lease (processing); NULL while pending
