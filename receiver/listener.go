@@ -50,10 +50,6 @@ type Listener struct {
 	pending   *Pending
 	claimSize int
 	direct    transport.DirectClaimer // nil: the source has no direct claims
-	// Owned by the loop goroutine: the claim pipelined behind the current
-	// one, and whether the last wave came back full (see pipeline).
-	ahead     *claimCall
-	lastFull  bool
 	wakeCh    <-chan struct{}
 	hinter    transport.WakeHinter
 	loopKick  chan struct{}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -518,57 +517,5 @@ func TestListenerObserverPanicIgnored(t *testing.T) {
 	l := newListener(t, &fakeSource{}, receiver.Config{Observer: obs})
 	if d := l.Destination(); d.Name != "t" {
 		t.Errorf("Destination().Name = %q, want the listener name t", d.Name)
-	}
-}
-
-// pipeSource blocks its sixth Claim (the first after a full claim of 16
-// rows) until a seventh has started, and records how many Claims ran at
-// once.
-type pipeSource struct {
-	*fakeSource
-	calls, running, most atomic.Int64
-	seventh              chan struct{}
-}
-
-func (s *pipeSource) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
-	n := s.calls.Add(1)
-	if r := s.running.Add(1); r > s.most.Load() {
-		s.most.Store(r)
-	}
-	defer s.running.Add(-1)
-	switch n {
-	case 6:
-		select {
-		case <-s.seventh:
-		case <-time.After(10 * time.Second):
-			return nil, errors.New("no second claim in flight")
-		}
-	case 7:
-		close(s.seventh)
-	}
-	return s.fakeSource.Claim(ctx, max)
-}
-
-// With a backlog, the loop keeps a second claim in flight once a claim of
-// pipelineMin rows came back full, never more than two, and never claims
-// more than the buffer and the permits hold.
-func TestListenerPipelinesFullWaves(t *testing.T) {
-	src := &pipeSource{fakeSource: &fakeSource{available: 5000}, seventh: make(chan struct{})}
-	l := newListener(t, src, receiver.Config{Concurrency: 1, BufferSize: 400})
-	eventually(t, "buffer full", func() bool { return l.State().Buffered == 400 })
-	select {
-	case <-src.seventh:
-	default:
-		t.Fatalf("claims %v: no claim was pipelined behind the sixth", src.claimLog())
-	}
-	if m := src.most.Load(); m > 2 {
-		t.Fatalf("%d claims ran at once, want at most 2", m)
-	}
-	total := 0
-	for _, c := range src.claimLog() {
-		total += c
-	}
-	if total > 401 || src.claimLog()[5] < 16 {
-		t.Fatalf("claims %v: %d rows for a 400-slot buffer + 1 permit", src.claimLog(), total)
 	}
 }

@@ -21,13 +21,6 @@ import (
 // whose claim came back empty.
 const wakeHoldoffBase = 5 * time.Millisecond
 
-// pipelineMin is the smallest full claim after which the loop keeps a
-// second claim in flight (sources without ClaimSizer): a claim that filled
-// this many rows says a backlog is waiting, and the next claim need not wait
-// for its commit. Below it (light load) a second claim would mostly come
-// back empty.
-const pipelineMin = 16
-
 // loop is the receive loop: it claims waves sized by the wave controller
 // into the stage's free space, backs off after errors, and sleeps out empty
 // delays (ending them early on a wake-up from the source).
@@ -52,7 +45,6 @@ func (l *Listener) loop() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	defer l.finishAhead() // a pipelined claim's rows reach a stage (released if it stopped)
 	go func() {
 		select {
 		case <-l.stopCh:
@@ -67,40 +59,28 @@ func (l *Listener) loop() {
 		holdoff    time.Duration // how long to sit on the next wake-up
 	)
 	for !l.stopping() {
-		var launched, found, claimed int
-		var err error
-		if a := l.ahead; a != nil {
-			// The claim pipelined behind the previous one is this wave.
-			l.ahead = nil
-			l.pipeline(ctx, ctrl, a)
-			launched, found, claimed, err = a.finish()
-		} else {
-			r, ok := l.evaluate()
-			if !ok {
-				if !l.wait(l.pcfg.CheckInterval) {
-					return
-				}
-				continue
+		r, ok := l.evaluate()
+		if !ok {
+			if !l.wait(l.pcfg.CheckInterval) {
+				return
 			}
-			free := r.Free()
-			if l.claimSize > 0 && free < l.claimSize && r.Buffered() >= l.claimSize {
-				// A partial request would cost as much as a full one; the
-				// buffer has work enough until a full request fits.
-				free = 0
-			}
-			n := ctrl.Next(free)
-			if n == 0 {
-				if !l.wait(l.pcfg.CheckInterval) {
-					return
-				}
-				continue
-			}
-			l.waveSize.Store(int64(n))
-			launched, found, claimed, err = l.claimWave(ctx, ctrl, r, n, free)
+			continue
 		}
-		if l.claimSize == 0 {
-			l.lastFull = err == nil && launched >= pipelineMin && found >= launched
+		free := r.Free()
+		if l.claimSize > 0 && free < l.claimSize && r.Buffered() >= l.claimSize {
+			// A partial request would cost as much as a full one; the
+			// buffer has work enough until a full request fits.
+			free = 0
 		}
+		n := ctrl.Next(free)
+		if n == 0 {
+			if !l.wait(l.pcfg.CheckInterval) {
+				return
+			}
+			continue
+		}
+		l.waveSize.Store(int64(n))
+		launched, found, claimed, err := l.claimWave(ctx, r, n, free)
 		l.observe(func(o transport.Observer) { o.WaveDone(l.cfg.Name, launched, found, claimed, err) })
 		if err != nil {
 			if l.stopping() {
@@ -140,7 +120,7 @@ func (l *Listener) loop() {
 			}
 			woken = false
 		}
-		if delay := ctrl.Observe(launched, found); delay > 0 && l.ahead == nil {
+		if delay := ctrl.Observe(launched, found); delay > 0 {
 			ok, w := l.waitEmpty(delay, holdoff)
 			if !ok {
 				return
@@ -194,11 +174,27 @@ func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
 }
 
 // claimWave launches one wave of n probes and pushes what they claim.
-func (l *Listener) claimWave(ctx context.Context, ctrl *wave.Controller, r pipe, n, free int) (launched, found, claimed int, err error) {
+func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched, found, claimed int, err error) {
 	if l.claimSize == 0 {
-		c := l.startClaim(ctx, r, n)
-		l.pipeline(ctx, ctrl, c)
-		return c.finish()
+		// Rows claimed for permits free now go to user code at once,
+		// claimed straight into processing; the rest are buffered.
+		reserved := 0
+		if l.direct != nil {
+			reserved = r.Reserve(n)
+		}
+		ds, err := l.claim(ctx, n, reserved)
+		if err != nil {
+			ds = nil
+		}
+		if reserved > 0 {
+			r.PushReserved(ds, reserved) // frees the permits left over
+		} else {
+			r.Push(ds)
+		}
+		if err != nil {
+			return n, 0, 0, err
+		}
+		return n, len(ds), len(ds), nil
 	}
 	// One Claim per probe, run concurrently, each pushed as it returns. Ask
 	// in full-size requests only: no more probes than full requests fit in
@@ -238,80 +234,6 @@ func (l *Listener) claimWave(ctx context.Context, ctrl *wave.Controller, r pipe,
 		return launched, 0, claimed, errors.Join(errs...)
 	}
 	return launched, hits, claimed, nil
-}
-
-// A claimCall is one Claim of a source without ClaimSizer, run in a
-// goroutine of its own so that the loop can keep a second one in flight
-// (pipelined waves). Only the loop touches it; the loop waits for every one
-// it starts (finish, finishAhead).
-type claimCall struct {
-	r        pipe
-	n        int
-	reserved int
-	done     chan struct{}
-	ds       []*transport.Delivery
-	err      error
-}
-
-// startClaim starts a claim of n rows for stage r. Rows claimed for
-// permits free now go to user code at once, claimed straight into
-// processing (a DirectClaimer); the rest are buffered.
-func (l *Listener) startClaim(ctx context.Context, r pipe, n int) *claimCall {
-	c := &claimCall{r: r, n: n, done: make(chan struct{})}
-	if l.direct != nil {
-		c.reserved = r.Reserve(n)
-	}
-	go func() {
-		defer close(c.done)
-		c.ds, c.err = l.claim(ctx, n, c.reserved)
-	}()
-	return c
-}
-
-// finish waits for c and hands its rows to its stage.
-func (c *claimCall) finish() (launched, found, claimed int, err error) {
-	<-c.done
-	ds := c.ds
-	if c.err != nil {
-		ds = nil
-	}
-	if c.reserved > 0 {
-		c.r.PushReserved(ds, c.reserved) // frees the permits left over
-	} else {
-		c.r.Push(ds)
-	}
-	if c.err != nil {
-		return c.n, 0, 0, c.err
-	}
-	return c.n, len(ds), len(ds), nil
-}
-
-// pipeline starts a second claim behind cur when the last wave came back
-// full at pipelineMin rows or more, the listener may fetch, and the buffer
-// has room beyond what cur may return: its statement then runs while cur's
-// commits, instead of after it.
-func (l *Listener) pipeline(ctx context.Context, ctrl *wave.Controller, cur *claimCall) {
-	if !l.lastFull || l.ahead != nil || l.stopping() {
-		return
-	}
-	r, ok := l.evaluate()
-	if !ok || r != cur.r {
-		return
-	}
-	free := r.Free() - cur.n
-	if free < 1 {
-		return
-	}
-	l.ahead = l.startClaim(ctx, r, ctrl.Next(free))
-}
-
-// finishAhead waits for the pipelined claim, if any, and hands its rows to
-// its stage (which releases them if it has stopped).
-func (l *Listener) finishAhead() {
-	if a := l.ahead; a != nil {
-		l.ahead = nil
-		a.finish()
-	}
 }
 
 // claim makes one Claim call on the source (ClaimDirect when direct > 0)
