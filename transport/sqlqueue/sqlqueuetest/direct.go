@@ -142,7 +142,7 @@ func testDirectClose(t *testing.T, h Harness) {
 	c := f.subConfig(db)
 	c.Pipeline.Concurrency = 4
 	c.Pipeline.DrainTimeout = 100 * time.Millisecond
-	sub := newSubscriber(t, c)
+	sub := f.newSubscriber(t, c)
 	ch, err := sub.Subscribe(context.Background(), "direct_close")
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func testDirectClose(t *testing.T, h Harness) {
 		t.Fatalf("attempts after close sum to %d; want 1 (the held message's; the unread ones never reached user code)", sum)
 	}
 
-	sub2 := newSubscriber(t, f.subConfig(db))
+	sub2 := f.newSubscriber(t, f.subConfig(db))
 	ch2, err := sub2.Subscribe(context.Background(), "direct_close")
 	if err != nil {
 		t.Fatal(err)
@@ -206,8 +206,8 @@ func testDirectRecovered(t *testing.T, h Harness) {
 	db := f.pool(t, 3)
 	pub := f.newPub(t, db)
 	PublishN(t, pub, "direct_recover", 4)
-	srcA := openSource(t, sqlqueue.SubscriberConfig{
-		DB: db, Dialect: h.Dialect, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
+	srcA := f.openSource(t, sqlqueue.SubscriberConfig{
+		DB: db, Tables: f.env.Tables, SweepInterval: -1, FetchTimeout: time.Second, Lease: time.Second,
 	}, "direct_recover")
 	ds, err := srcA.ClaimDirect(context.Background(), 4, 2)
 	if err != nil || len(ds) != 4 {
@@ -224,7 +224,7 @@ func testDirectRecovered(t *testing.T, h Harness) {
 	// srcA is abandoned: its leases run out.
 	c := f.subConfig(db)
 	c.SweepInterval = 200 * time.Millisecond
-	subB := newSubscriber(t, c)
+	subB := f.newSubscriber(t, c)
 	ch, err := subB.Subscribe(context.Background(), "direct_recover")
 	if err != nil {
 		t.Fatal(err)
