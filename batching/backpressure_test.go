@@ -34,6 +34,7 @@ func testBackPressureOverMem(t *testing.T, form string) {
 		maxQueue     = 40
 		restartQueue = 20
 		waveCap      = 8
+		concurrency  = 4
 	)
 	broker := mem.NewBroker()
 	topic := "batching-" + watermill.NewShortUUID()
@@ -41,7 +42,7 @@ func testBackPressureOverMem(t *testing.T, form string) {
 	sub, err := mem.NewSubscriber(mem.SubscriberConfig{
 		Broker: broker,
 		Pipeline: receiver.Config{
-			Concurrency:   4,
+			Concurrency:   concurrency,
 			MaxQueue:      maxQueue,
 			RestartQueue:  restartQueue,
 			CheckInterval: 10 * time.Millisecond,
@@ -129,8 +130,11 @@ func testBackPressureOverMem(t *testing.T, form string) {
 			t.Fatalf("no batch asked for a token; state %+v broker %+v", l.State(), broker.Stats(topic, ""))
 		}
 		s := l.State()
-		if s.QueueCount > maxQueue+waveCap {
-			t.Fatalf("QueueCount %d over MaxQueue + one wave", s.QueueCount)
+		// A snapshot may count a member entering a batch twice (pending
+		// in the batch a moment before the receiver frees its permit):
+		// up to one per concurrency permit on top of MaxQueue + one wave.
+		if s.QueueCount > maxQueue+waveCap+concurrency {
+			t.Fatalf("QueueCount %d over MaxQueue + one wave + the permits", s.QueueCount)
 		}
 		if s.Status == transport.StatusAccepting {
 			resumed = true

@@ -39,6 +39,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 		maxQueue     = 40
 		restartQueue = 20
 		waveCap      = 8
+		concurrency  = 4
 		checkEvery   = 10 * time.Millisecond
 	)
 	db, err := postgres.Open(testenv.PostgresSchemaURL(t), 3)
@@ -55,7 +56,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 	defer func() { _ = pub.Close() }()
 	sc := sqlqueue.SubscriberConfig{DB: db}
 	sc.Pipeline = receiver.Config{
-		Concurrency:   4,
+		Concurrency:   concurrency,
 		MaxQueue:      maxQueue,
 		RestartQueue:  restartQueue,
 		CheckInterval: checkEvery,
@@ -168,8 +169,11 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 			t.Fatalf("no batch asked for a token; state %+v, %d rows pending", l.State(), pendingRows(t, db, table))
 		}
 		s := l.State()
-		if s.QueueCount > maxQueue+waveCap {
-			t.Fatalf("QueueCount %d over MaxQueue + one wave", s.QueueCount)
+		// A snapshot may count a member entering a batch twice (pending
+		// in the batch a moment before the receiver frees its permit):
+		// up to one per concurrency permit on top of MaxQueue + one wave.
+		if s.QueueCount > maxQueue+waveCap+concurrency {
+			t.Fatalf("QueueCount %d over MaxQueue + one wave + the permits", s.QueueCount)
 		}
 		if s.Status == transport.StatusAccepting {
 			resumed = true
