@@ -14,7 +14,6 @@ import (
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
-	"github.com/berth-go/berth/wave"
 )
 
 // TestBackPressureOverMem runs a router with a batch handler far slower than
@@ -46,7 +45,7 @@ func testBackPressureOverMem(t *testing.T, form string) {
 			MaxQueue:      maxQueue,
 			RestartQueue:  restartQueue,
 			CheckInterval: 10 * time.Millisecond,
-			Wave:          wave.Config{Cap: waveCap, EmptyDelay: 10 * time.Millisecond},
+			WaveCap:       waveCap, EmptyDelay: 10 * time.Millisecond,
 		},
 	}, nil)
 	if err != nil {

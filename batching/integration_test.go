@@ -17,7 +17,6 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
-	"github.com/berth-go/berth/wave"
 )
 
 // TestBackPressureOverPostgres is TestBackPressureOverMem over a real
@@ -62,7 +61,7 @@ func testBackPressureOverPostgres(t *testing.T, form string) {
 		CheckInterval: checkEvery,
 		MaxAttempts:   -1,
 		DrainTimeout:  5 * time.Second,
-		Wave:          wave.Config{Cap: waveCap, EmptyDelay: 10 * time.Millisecond},
+		WaveCap:       waveCap, EmptyDelay: 10 * time.Millisecond,
 	}
 	sub, err := postgres.NewSubscriber(sc, nil)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/mem"
 	"github.com/berth-go/berth/transport/transporttest"
-	"github.com/berth-go/berth/wave"
 )
 
 // *receiver.Subscriber, which every transport's subscriber is or wraps, is
@@ -67,7 +66,7 @@ func TestSubscriberHealth(t *testing.T) {
 		Pipeline: receiver.Config{
 			Concurrency: 2,
 			RetryDelay:  -1,
-			Wave:        wave.Config{EmptyDelay: 10 * time.Millisecond},
+			EmptyDelay:  10 * time.Millisecond,
 		},
 	}, nil)
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 
 func newSubscriber(t *testing.T, src transport.Source, p receiver.Config, logger watermill.LoggerAdapter) *receiver.Subscriber {
 	t.Helper()
-	if p.Wave.EmptyDelay == 0 {
-		p.Wave.EmptyDelay = 5 * time.Millisecond
+	if p.EmptyDelay == 0 {
+		p.EmptyDelay = 5 * time.Millisecond
 	}
 	sub, err := receiver.NewSubscriber(func(context.Context, string) (transport.Source, error) { return src, nil },
 		receiver.SubscriberConfig{Pipeline: p, Logger: logger})

@@ -74,9 +74,17 @@ type Config struct {
 	// DefaultCloseGrace (5s). URL: close_grace.
 	CloseGrace time.Duration
 
-	// Wave configures the receive ramp (cap 64, empty delay 1s by default).
-	// URL: wave_cap, empty_delay.
-	Wave wave.Config
+	// WaveCap is the largest receive wave (package wave: one probe after
+	// idle, double on a full wave, partial sets the next, empty resets).
+	// Defaults to wave.DefaultCap (64). URL: wave_cap.
+	WaveCap int
+	// EmptyDelay is the wait after a fully empty wave. Negative means no
+	// wait (long-polling sources, whose empty receive already waited).
+	// Defaults to wave.DefaultEmptyDelay (1s). URL: empty_delay.
+	EmptyDelay time.Duration
+	// IdleAfter: a gap this long since the last wave counts as idle, and the
+	// next wave is one probe. Defaults to wave.DefaultIdleAfter (5s).
+	IdleAfter time.Duration
 
 	// MaxQueue is the back-pressure maximum on QueueCount (buffered + in
 	// flight + batch pending): above it the loop stops fetching and the
@@ -151,7 +159,8 @@ func (c Config) WithDefaults() Config {
 	if c.CloseGrace == 0 {
 		c.CloseGrace = DefaultCloseGrace
 	}
-	c.Wave = c.Wave.WithDefaults()
+	w := c.wave().WithDefaults()
+	c.WaveCap, c.EmptyDelay, c.IdleAfter = w.Cap, w.EmptyDelay, w.IdleAfter
 	if c.MaxQueue == 0 {
 		c.MaxQueue = DefaultMaxQueue
 	}
@@ -202,10 +211,11 @@ func (c Config) Validate() error {
 	if d.OrderedNack != OrderedNackBlock && d.OrderedNack != OrderedNackDeadLetter {
 		bad("OrderedNack", "must be %q or %q, got %q", OrderedNackBlock, OrderedNackDeadLetter, c.OrderedNack)
 	}
-	if err := c.Wave.Validate(); err != nil {
-		// Wrapped, so errors.Is finds wave.ErrInvalidConfig as well as
-		// transport.ErrInvalidConfig.
-		errs = append(errs, fmt.Errorf("Wave: %w", err))
+	if c.WaveCap < 0 {
+		bad("WaveCap", "must be ≥ 1, got %d", c.WaveCap)
+	}
+	if c.IdleAfter < 0 {
+		bad("IdleAfter", "must be ≥ 0, got %s", c.IdleAfter)
 	}
 	if d.MaxQueue < 1 {
 		bad("MaxQueue", "must be ≥ 1, got %d", c.MaxQueue)
@@ -237,4 +247,9 @@ func (c Config) RetryDelayFor(attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, c.MaxRetryDelay)
+}
+
+// wave is the receive ramp's configuration.
+func (c Config) wave() wave.Config {
+	return wave.Config{Cap: c.WaveCap, EmptyDelay: c.EmptyDelay, IdleAfter: c.IdleAfter}
 }

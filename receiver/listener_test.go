@@ -91,8 +91,8 @@ func (s sizedSource) MaxClaim() int { return s.maxClaim }
 
 func newListener(t *testing.T, src transport.Source, p receiver.Config) *receiver.Listener {
 	t.Helper()
-	if p.Wave.EmptyDelay == 0 {
-		p.Wave.EmptyDelay = 5 * time.Millisecond
+	if p.EmptyDelay == 0 {
+		p.EmptyDelay = 5 * time.Millisecond
 	}
 	if p.DrainTimeout == 0 {
 		p.DrainTimeout = 200 * time.Millisecond
@@ -471,7 +471,7 @@ func TestSubscriberBindsObserver(t *testing.T) {
 	src := &fakeSource{available: 1}
 	obs := &bindingObserver{}
 	p := receiver.Config{Observer: obs, DrainTimeout: time.Second}
-	p.Wave.EmptyDelay = 5 * time.Millisecond
+	p.EmptyDelay = 5 * time.Millisecond
 	sub, err := receiver.NewSubscriber(func(context.Context, string) (transport.Source, error) { return src, nil },
 		receiver.SubscriberConfig{Pipeline: p, System: "test.system", ConsumerGroup: "billing"})
 	if err != nil {

@@ -39,7 +39,7 @@ func (l *Listener) loop() {
 			l.logError("receive loop panicked; restarted, waiting for the watchdog", fmt.Errorf("%v\n%s", p, debug.Stack()), nil)
 		}
 	}()
-	ctrl, err := wave.New(l.pcfg.Wave, l.pcfg.Clock)
+	ctrl, err := wave.New(l.pcfg.wave(), l.pcfg.Clock)
 	if err != nil { // validated already
 		panic(err)
 	}
@@ -112,7 +112,7 @@ func (l *Listener) loop() {
 			// empty answer later and later (up to the empty delay), so the
 			// winners take the batch and the losers stop spending claims.
 			if found == 0 {
-				holdoff = min(max(2*holdoff, wakeHoldoffBase), max(l.pcfg.Wave.EmptyDelay, wakeHoldoffBase))
+				holdoff = min(max(2*holdoff, wakeHoldoffBase), max(l.pcfg.EmptyDelay, wakeHoldoffBase))
 			} else if holdoff /= 2; holdoff < wakeHoldoffBase {
 				// Winning a race shortens the holdoff gradually, so an
 				// instance that wins now and then does not rejoin every race.

@@ -80,7 +80,7 @@ func basePipeline() receiver.Config {
 	c.MaxRetryDelay = 10 * time.Millisecond
 	c.DrainTimeout = 5 * time.Second
 	c.CheckInterval = 20 * time.Millisecond
-	c.Wave.EmptyDelay = 20 * time.Millisecond
+	c.EmptyDelay = 20 * time.Millisecond
 	return c
 }
 

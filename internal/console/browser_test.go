@@ -292,7 +292,7 @@ func fleetSub(t *testing.T, rawURL, topic string, handled *atomic.Int64, mut fun
 		t.Fatal(err)
 	}
 	cfg := sqlqueue.SubscriberConfig{DB: db, FleetInterval: 100 * time.Millisecond, Closer: db}
-	cfg.Pipeline.Wave.EmptyDelay = 50 * time.Millisecond
+	cfg.Pipeline.EmptyDelay = 50 * time.Millisecond
 	cfg.Pipeline.DrainTimeout = 5 * time.Second
 	if mut != nil {
 		mut(&cfg)

@@ -49,7 +49,7 @@ func TestOrderedLedger(t *testing.T) {
 		cfg.Pipeline.RetryDelay = 5 * time.Millisecond
 		cfg.Pipeline.MaxAttempts = -1
 		cfg.Pipeline.DrainTimeout = 200 * time.Millisecond
-		cfg.Pipeline.Wave.EmptyDelay = 20 * time.Millisecond
+		cfg.Pipeline.EmptyDelay = 20 * time.Millisecond
 		sub, err := mem.NewSubscriber(cfg, nil)
 		if err != nil {
 			t.Fatal(err)

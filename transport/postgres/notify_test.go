@@ -182,7 +182,7 @@ func TestNotifyTrailingWakesOtherPool(t *testing.T) {
 	topic := "trail_" + uniqueName(t)
 
 	c := sqlqueue.SubscriberConfig{DB: subDB, SweepInterval: -1, IdleProbeMax: time.Hour}
-	c.Pipeline.Wave.EmptyDelay = time.Hour // only wake-ups deliver
+	c.Pipeline.EmptyDelay = time.Hour // only wake-ups deliver
 	sub, err := postgres.NewSubscriber(c, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -104,7 +104,7 @@ func testPipeline() sqlqueue.SubscriberConfig {
 	var c sqlqueue.SubscriberConfig
 	c.Pipeline.Concurrency = 8
 	c.Pipeline.RetryDelay = 10 * time.Millisecond
-	c.Pipeline.Wave.EmptyDelay = 100 * time.Millisecond
+	c.Pipeline.EmptyDelay = 100 * time.Millisecond
 	c.Pipeline.MaxAttempts = -1
 	c.Pipeline.DrainTimeout = 5 * time.Second
 	return c

@@ -19,7 +19,7 @@ func TestDroppedQueueIsReportedAndRecreated(t *testing.T) {
 	db := openDB(t, 4)
 	c := testPipeline()
 	c.DB = db
-	c.Pipeline.Wave.EmptyDelay = 20 * time.Millisecond
+	c.Pipeline.EmptyDelay = 20 * time.Millisecond
 	c.Pipeline.ErrorBackoff = 10 * time.Millisecond
 	missing := make(chan error, 1)
 	c.Pipeline.Observer = waveErrs{ch: missing}

@@ -206,7 +206,7 @@ func TestWakeLeadershipAcrossPools(t *testing.T) {
 		}
 		defer db.Close()
 		c := sqlqueue.SubscriberConfig{DB: db}
-		c.Pipeline.Wave.EmptyDelay = time.Hour // only wake-ups deliver
+		c.Pipeline.EmptyDelay = time.Hour // only wake-ups deliver
 		sub, err := postgres.NewSubscriber(c, nil)
 		if err != nil {
 			t.Fatal(err)

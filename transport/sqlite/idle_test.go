@@ -14,7 +14,6 @@ import (
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport/sqlite"
 	"github.com/berth-go/berth/transport/sqlqueue"
-	"github.com/berth-go/berth/wave"
 )
 
 // fakeClock is a manual clock: After registers a timer that Advance fires.
@@ -109,7 +108,7 @@ func newIdleRig(t *testing.T) *idleRig {
 	t.Cleanup(func() { _ = pubDB.Close() })
 	sub, err := sqlqueue.NewSubscriber(d, sqlqueue.SubscriberConfig{
 		DB: subDB, IdleProbeMax: rigProbeMax, WakeDebounce: -1, SweepInterval: -1,
-		Pipeline: receiver.Config{Clock: clk, Wave: wave.Config{EmptyDelay: rigEmptyDelay}},
+		Pipeline: receiver.Config{Clock: clk, EmptyDelay: rigEmptyDelay},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

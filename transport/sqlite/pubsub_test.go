@@ -148,7 +148,7 @@ func subConfig(path, group string) sqlite.SubscriberConfig {
 	c.ConsumerGroup = group
 	c.Pipeline.Concurrency = 8
 	c.Pipeline.RetryDelay = 10 * time.Millisecond
-	c.Pipeline.Wave.EmptyDelay = 100 * time.Millisecond
+	c.Pipeline.EmptyDelay = 100 * time.Millisecond
 	c.Pipeline.MaxAttempts = -1
 	c.Pipeline.DrainTimeout = 5 * time.Second
 	return c

@@ -136,7 +136,7 @@ type SubscriberConfig struct {
 	// in-process publish, a NOTIFY, or the pool's probe) says rows
 	// arrived; the probe checks every such queue of the pool in one
 	// statement, at an interval that starts at the empty delay
-	// (Pipeline.Wave.EmptyDelay), doubles while it finds nothing, up to
+	// (Pipeline.EmptyDelay), doubles while it finds nothing, up to
 	// IdleProbeMax, and starts over on any activity. It is therefore the
 	// worst-case latency of a message that reaches an idle queue without a
 	// wake-up, and an idle pool's cost is one statement per IdleProbeMax.

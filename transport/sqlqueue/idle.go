@@ -178,7 +178,7 @@ func (p *prober) register(s *Source) {
 		p.queues[s.q.Name] = pq
 	}
 	pq.srcs[s] = struct{}{}
-	maxCap, baseCap := s.cfg.IdleProbeMax, max(s.cfg.Pipeline.Wave.EmptyDelay, idleProbeFloor)
+	maxCap, baseCap := s.cfg.IdleProbeMax, max(s.cfg.Pipeline.EmptyDelay, idleProbeFloor)
 	if p.maxCap == 0 || maxCap < p.maxCap {
 		p.maxCap = maxCap
 	}

@@ -332,7 +332,7 @@ func (c QueueConfig) name(topic string) string {
 // SubscriberConfig configures a Subscriber. The zero value is the defaults.
 type SubscriberConfig struct {
 	// Pipeline configures the shared receive pipeline (concurrency, buffer,
-	// retries, waves, back-pressure). Its Wave.EmptyDelay defaults to none
+	// retries, waves, back-pressure). Its EmptyDelay defaults to none
 	// here, since an empty long poll already waited WaitTime. (The listener
 	// asks in full requests of 10: a wave never has more polls than full
 	// requests fit in the free buffer.)
@@ -386,8 +386,8 @@ type SubscriberConfig struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c SubscriberConfig) WithDefaults() SubscriberConfig {
-	if c.Pipeline.Wave.EmptyDelay == 0 && c.WaitTime >= 0 {
-		c.Pipeline.Wave.EmptyDelay = -1
+	if c.Pipeline.EmptyDelay == 0 && c.WaitTime >= 0 {
+		c.Pipeline.EmptyDelay = -1
 	}
 	c.Pipeline = c.Pipeline.WithDefaults()
 	if c.WaitTime == 0 {

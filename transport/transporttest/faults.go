@@ -57,7 +57,7 @@ func testFault(t *testing.T, c Config, point Point) {
 		MaxRetryDelay: 10 * time.Millisecond,
 		DrainTimeout:  time.Second,
 	}
-	cfg.Wave.EmptyDelay = 20 * time.Millisecond
+	cfg.EmptyDelay = 20 * time.Millisecond
 	if point == AtDeadLetter {
 		cfg.MaxAttempts = 1
 	}

@@ -187,7 +187,7 @@ func listener(t *testing.T, sub message.Subscriber) *receiver.Listener {
 func fastRetry(p receiver.Config) receiver.Config {
 	p.RetryDelay = time.Millisecond
 	p.MaxRetryDelay = 10 * time.Millisecond
-	p.Wave.EmptyDelay = 20 * time.Millisecond
+	p.EmptyDelay = 20 * time.Millisecond
 	p.DrainTimeout = time.Second
 	return p
 }

@@ -221,7 +221,7 @@ func (c Config) Validate() error {
 // (MaxQueue + one wave) × 2 × PayloadSize + 64 MiB.
 func (c Config) TargetHeap() uint64 {
 	c = c.WithDefaults()
-	wave := receiver.Config{}.WithDefaults().Wave.Cap
+	wave := receiver.Config{}.WithDefaults().WaveCap
 	return uint64(c.MaxQueue+wave)*2*uint64(c.PayloadSize) + 64<<20
 }
 

@@ -22,7 +22,7 @@ func (f *fixture) subConfig(db *sql.DB) sqlqueue.SubscriberConfig {
 	c := sqlqueue.SubscriberConfig{DB: db, Tables: f.env.Tables}
 	c.Pipeline.Concurrency = 8
 	c.Pipeline.RetryDelay = 10 * time.Millisecond
-	c.Pipeline.Wave.EmptyDelay = 100 * time.Millisecond
+	c.Pipeline.EmptyDelay = 100 * time.Millisecond
 	c.Pipeline.MaxAttempts = -1
 	c.Pipeline.DrainTimeout = 5 * time.Second
 	return c
