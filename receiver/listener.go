@@ -183,7 +183,9 @@ func (l *Listener) Start() error {
 	default:
 	}
 	var err error
+	first := false
 	l.startOnce.Do(func() {
+		first = true
 		l.startedAt = time.Now()
 		if err = l.replaceStage(false); err != nil {
 			return
@@ -197,7 +199,10 @@ func (l *Listener) Start() error {
 	if err != nil {
 		return err
 	}
-	if l.HasFaulted() {
+	// Only a later Start rebuilds: the loop just started may already have
+	// faulted (its first claim), and that fault must stay visible until the
+	// watchdog rebuilds, as any other.
+	if !first && l.HasFaulted() {
 		return l.replaceStage(true)
 	}
 	return nil
