@@ -84,8 +84,11 @@ func opsRoundTrip(t *testing.T, u, topic string) {
 	}
 	// SQS has no peek: a listing receives the messages and makes them
 	// visible again, so a listing right after another may see fewer until
-	// the emulator has them visible; wait for the condition.
-	deadline := time.Now().Add(20 * time.Second)
+	// the emulator has them visible; wait for the condition. A message
+	// whose making-visible was lost stays hidden for the listing's whole
+	// hold (30 s, inspect.SQS.DeadLetters), so wait past it (seen once
+	// under CI load: 7 of 17 after 20 s).
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		got := deadLetters(t, u, "--queue", topic, "--reason", "maxattempts")
 		if len(got) == len(ds) {
