@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -86,32 +85,7 @@ func TestFIFOOrderedLedger(t *testing.T) {
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
-				rnd := rand.New(rand.NewPCG(uint64(i), rand.Uint64()))
-				for m := range ch {
-					select {
-					case <-killed[i]:
-						<-dead
-						return
-					default:
-					}
-					end := ledger.Start(m.UUID, i)
-					time.Sleep(time.Duration(rnd.IntN(2000)) * time.Microsecond) // the handler's work
-					attempt, _ := strconv.Atoi(m.Metadata.Get(transport.MetadataAttempt))
-					ok := attempt > 2 || rnd.IntN(10) > 0
-					select {
-					case <-killed[i]:
-						end(ok, false)
-						<-dead
-						return
-					default:
-					}
-					end(ok, true)
-					if ok {
-						m.Ack()
-					} else {
-						m.Nack()
-					}
-				}
+				orderingtest.Handle(ch, ledger, i, 2000*time.Microsecond, killed[i], dead)
 			}()
 		}
 	}

@@ -98,34 +98,7 @@ func testOrderedLedger(t *testing.T, h Harness) {
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
-				rnd := rand.New(rand.NewPCG(uint64(i), rand.Uint64()))
-				for m := range ch {
-					select {
-					case <-in.killed:
-						<-dead // a killed instance handles nothing more
-						return
-					default:
-					}
-					end := ledger.Start(m.UUID, i)
-					if d := rnd.IntN(3000); d > 0 {
-						time.Sleep(time.Duration(d) * time.Microsecond) // the handler's work
-					}
-					attempt, _ := strconv.Atoi(m.Metadata.Get(transport.MetadataAttempt))
-					ok := attempt > 2 || rnd.IntN(10) > 0
-					select {
-					case <-in.killed:
-						end(ok, false)
-						<-dead // killed mid-handler: it never acks
-						return
-					default:
-					}
-					end(ok, true)
-					if ok {
-						m.Ack()
-					} else {
-						m.Nack()
-					}
-				}
+				orderingtest.Handle(ch, ledger, i, 3000*time.Microsecond, in.killed, dead)
 			}()
 		}
 	}
