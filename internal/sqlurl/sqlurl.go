@@ -24,7 +24,7 @@ func Tables(p *urlparam.Params, t *sqlqueue.Tables) {
 // Subscriber reads the subscriber's URL parameters from p: the pipeline's
 // (see pipeurl.Parse), the tables', and consumer_group,
 // lease, fetch_timeout, sweep_interval, wake_debounce, idle_probe_max,
-// settle_linger, fleet_interval. One URL serves both sides, so the
+// settle_linger, ack_hold, fleet_interval. One URL serves both sides, so the
 // publisher's parameters (see Publisher) are accepted too: checked, then
 // ignored.
 // Dialect drivers call it; problems are recorded in p.
@@ -43,6 +43,7 @@ func subscriber(p *urlparam.Params, c *sqlqueue.SubscriberConfig) {
 	c.WakeDebounce = p.Duration("wake_debounce", c.WakeDebounce, -1, time.Second)
 	c.IdleProbeMax = p.Duration("idle_probe_max", c.IdleProbeMax, -1, time.Hour)
 	c.SettleLinger = p.Duration("settle_linger", c.SettleLinger, -1, time.Second)
+	c.AckHold = p.Duration("ack_hold", c.AckHold, -1, time.Second)
 	c.FleetInterval = p.Duration("fleet_interval", c.FleetInterval, 0, time.Hour)
 }
 

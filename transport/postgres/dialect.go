@@ -33,6 +33,7 @@ var (
 	_ sqlqueue.QueueChecker           = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
 	_ sqlqueue.DirectDialect          = Dialect{}
+	_ sqlqueue.AckRider               = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 )
 
@@ -334,6 +335,41 @@ FROM d
 WHERE q.id = ANY(d.ids)
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state`,
 		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease))
+}
+
+// ClaimComplete implements sqlqueue.AckRider: ClaimDirect's statement with
+// Complete's DELETE as a data-modifying CTE before it. Both see one
+// snapshot: the claim cannot take a keyed row whose head the DELETE
+// removes (the source's wake-up after the ack claims it next), and the
+// DELETE touches only processing rows, which the claim never reads.
+func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
+	ids, owners := refArrays(done)
+	return st(`WITH done AS (
+	DELETE FROM `+q.Table+` AS x
+	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
+	WHERE x.id = r.id AND x.owner = r.owner AND x.state = 2
+	RETURNING x.id
+), c AS (SELECT ARRAY(
+	SELECT p.id FROM `+q.Table+` AS p
+	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	  AND (p.ordering_key IS NULL OR NOT EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+	ORDER BY p.due_at, p.id
+	LIMIT $3
+	FOR UPDATE OF p SKIP LOCKED
+) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started FROM c), u AS (
+UPDATE `+q.Table+` AS q
+SET state = CASE WHEN q.id = ANY(d.started) THEN 2 ELSE 1 END,
+	owner = $1,
+	attempts = q.attempts + CASE WHEN q.id = ANY(d.started) THEN 1 ELSE 0 END,
+	lease_until = now() + CASE WHEN q.id = ANY(d.started) THEN $5::bigint ELSE $2::bigint END * interval '1 millisecond'
+FROM d
+WHERE q.id = ANY(d.ids)
+RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state)
+SELECT id, uuid, headers, body, attempts, state FROM u
+UNION ALL
+SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FROM done`,
+		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners)
 }
 
 // ReleaseDirect implements sqlqueue.DirectDialect.

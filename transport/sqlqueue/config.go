@@ -160,6 +160,15 @@ type SubscriberConfig struct {
 	// Negative means no linger. Defaults to DefaultSettleLinger (5ms). URL:
 	// settle_linger.
 	SettleLinger time.Duration
+	// AckHold: while the flow is light (the source's last claim came back
+	// short or empty, and no claimed row waits in the buffer), an ack waits
+	// up to this long for the source's next claim statement and is carried
+	// by it (one statement and one transaction for both), then goes alone.
+	// Only dialects whose claim can carry acks (AckRider: PostgreSQL) use
+	// it. An ack holds its concurrency permit while it waits; rows are
+	// deleted up to AckHold later than they would be. Negative: acks never
+	// wait for a claim. Defaults to DefaultAckHold (50ms). URL: ack_hold.
+	AckHold time.Duration
 	// FleetInterval, when positive, makes the subscriber report its
 	// listeners to the fleet tables every FleetInterval (one upsert per
 	// listener) and honour the paused table: a listener of a paused queue
@@ -202,6 +211,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.SettleBatch == 0 {
 		c.SettleBatch = DefaultSettleBatch
 	}
+	if c.AckHold == 0 {
+		c.AckHold = DefaultAckHold
+	}
 	if c.SettleLinger == 0 {
 		c.SettleLinger = DefaultSettleLinger
 	}
@@ -241,6 +253,9 @@ func (c SubscriberConfig) problems(dialect Dialect, borrowed bool) []error {
 	}
 	if d.WakeDebounce > time.Second {
 		errs = append(errs, fmt.Errorf("WakeDebounce: must be ≤ 1s, got %s", c.WakeDebounce))
+	}
+	if d.AckHold > time.Second || d.AckHold > 0 && d.AckHold >= d.Lease/3 {
+		errs = append(errs, fmt.Errorf("AckHold: must be ≤ 1s and shorter than a third of Lease (%s), or negative for none, got %s", d.Lease, c.AckHold))
 	}
 	if c.FleetInterval < 0 || (c.FleetInterval > 0 && (c.FleetInterval < 10*time.Millisecond || c.FleetInterval > time.Hour)) {
 		errs = append(errs, fmt.Errorf("FleetInterval: must be from 10ms to 1h, or 0 for off, got %s", c.FleetInterval))

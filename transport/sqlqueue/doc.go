@@ -124,7 +124,21 @@
 // leader dies. A pool's election pass is one round trip for all its
 // queues (LeadFunc), and queues taken in one pass keep one term. A source
 // whose previous claim came back short does not ask the database again
-// until a wake-up arrives (Stats.SkippedClaims).
+// until a wake-up arrives (Stats.SkippedClaims). A wake-up hints the rows
+// its notifications stood for, learnt from what earlier wake-ups found,
+// and the loop asks for twice that: the claim comes back short and ends
+// the wave (hint.go).
+//
+// # Acks on claims
+//
+// A dialect implementing AckRider (PostgreSQL) carries acks in the claim
+// statement. While the flow is light (the source's last claim came back
+// short or empty, and no row it fetched waits in the buffer), Complete
+// waits up to SubscriberConfig.AckHold (50ms) for the source's next claim
+// and goes with it: one statement and one transaction for a message's ack
+// and the next messages' claim. It goes alone when no claim comes in time,
+// and at once under load (then group-committed). Fenced as Complete is
+// (Stats.RiddenAcks counts the acks carried; ride.go).
 //
 // # Idle
 //

@@ -35,8 +35,9 @@ type Source struct {
 	unhook func()
 	// short: the last claim returned fewer rows than asked, so (unless a
 	// wake-up arrives meanwhile) the next one would come back empty. Only
-	// sources of a Subscriber use it: they have a wake-up path (a LISTEN
-	// connection, or the in-process hub).
+	// sources of a Subscriber skip that claim (skipShort): they have a
+	// wake-up path (a LISTEN connection, or the in-process hub). Every
+	// source's acks may wait for a claim after it (holdable).
 	short     atomic.Bool
 	skipShort bool
 	// idle is the pool's prober (nil: this source never parks); parked:
@@ -47,7 +48,16 @@ type Source struct {
 
 	begin    *coalesce.Coalescer[*transport.Delivery]
 	complete *coalesce.Coalescer[*transport.Delivery]
-	retry    *coalesce.Coalescer[retryItem]
+	// rider holds acks for the next claim statement (ride.go); nil when
+	// the dialect is no AckRider or AckHold is negative.
+	rider *rider
+	// fetched counts the rows this source claimed fetched (not started)
+	// that have not yet passed Begin or been released: rows waiting in the
+	// buffer for a permit, which an ack waiting for a claim would hold.
+	fetched atomic.Int64
+	// hints turns notifications into the rows they announce.
+	hints hintEstimate
+	retry *coalesce.Coalescer[retryItem]
 
 	stopSweep chan struct{}
 	swept     sync.WaitGroup
@@ -96,6 +106,9 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 	s.begin = coalesce.NewLinger(s.flushBegin, cfg.SettleBatch, cfg.SettleLinger)
 	s.complete = coalesce.NewLinger(s.flushComplete, cfg.SettleBatch, cfg.SettleLinger)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
+	if _, ok := e.d.(AckRider); ok && cfg.AckHold > 0 {
+		s.rider = &rider{s: s, hold: cfg.AckHold}
+	}
 	mp, parks := e.d.(MultiProber)
 	parks = parks && skipShort && cfg.IdleProbeMax > 0
 	if parks {
@@ -170,7 +183,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		}
 		s.parked.Store(false)
 	}
-	if s.short.Swap(false) && !woken {
+	if s.short.Swap(false) && s.skipShort && !woken {
 		// The previous claim found fewer due rows than it asked for, and
 		// nothing was inserted, released or recovered here since (that would
 		// have sent a wake-up): the database would answer empty. Rows that
@@ -194,15 +207,24 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	if dd == nil {
 		direct = 0
 	}
+	var riders []*ridingAck // acks this claim carries
+	if s.rider != nil {
+		riders = s.rider.take(s.cfg.SettleBatch)
+	}
 	var st Stmt
-	if direct > 0 {
+	switch {
+	case len(riders) > 0:
+		st = s.e.d.(AckRider).ClaimComplete(s.q, owner, max, direct, s.cfg.FetchTimeout, s.cfg.Lease, ridersRefs(riders))
+	case direct > 0:
 		st = dd.ClaimDirect(s.q, owner, max, direct, s.cfg.FetchTimeout, s.cfg.Lease)
-	} else {
+	default:
 		st = s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout)
 	}
 	started := 0
+	acked := map[int64]bool{}
 	err := s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
 		ds, started = nil, 0
+		clear(acked)
 		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
 			var (
 				id       int64
@@ -213,11 +235,15 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 				state    int
 			)
 			dest := []any{&id, &uuid, &headers, &body, &attempts}
-			if direct > 0 {
+			if direct > 0 || len(riders) > 0 {
 				dest = append(dest, &state)
 			}
 			if err := r.Scan(dest...); err != nil {
 				return err
+			}
+			if state == StateAcked {
+				acked[id] = true
+				return nil
 			}
 			// A row only the fence could have put in processing: one this
 			// claim asked for (a dialect's statement gets no more).
@@ -235,6 +261,9 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			return nil
 		})
 	})
+	if len(riders) > 0 {
+		s.settleRiders(riders, acked, err)
+	}
 	if err != nil {
 		// Rows claimed before the failure are left to the sweeper.
 		err = s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
@@ -253,7 +282,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			s.parked.Store(true)
 			s.idle.parked()
 		}
-	case len(ds) < max && s.skipShort:
+	case len(ds) < max:
 		s.short.Store(true)
 	}
 	if len(ds) > 0 && s.idle != nil {
@@ -261,6 +290,8 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	}
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	s.e.ctrs.startedRows.Add(int64(started))
+	s.fetched.Add(int64(len(ds) - started))
+	s.hints.claimed(len(ds))
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
 		return compareID(a, b)
 	})
@@ -318,6 +349,7 @@ func (s *Source) settleErr(op string, d *transport.Delivery, err error) error {
 }
 
 func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []error {
+	s.fetched.Add(-int64(len(ds))) // out of the buffer, whatever the outcome
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
 	refs := refsOf(ds)
@@ -392,9 +424,45 @@ func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, 
 }
 
 // Complete implements transport.Source: the ack deletes the row,
-// group-committed into one fenced DELETE.
+// group-committed into one fenced DELETE, or carried by the next claim
+// statement when the flow is light (ride.go).
 func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
+	if s.holdable() {
+		if err, ok := s.rider.ride(ctx, d); ok {
+			return err
+		}
+	}
 	return s.settleErr("complete", d, s.complete.Do(ctx, d))
+}
+
+// settleRiders hands the acks a claim statement carried their outcomes:
+// nil for the rows it deleted, ErrLeaseLost for the others, or the
+// statement's error.
+func (s *Source) settleRiders(riders []*ridingAck, acked map[int64]bool, err error) {
+	ds := make([]*transport.Delivery, len(riders))
+	errs := make([]error, len(riders))
+	for i, a := range riders {
+		ds[i] = a.d
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("sqlqueue: complete: %w", err)
+		case !acked[refOf(a.d).ID]:
+			errs[i] = s.lost(a.d)
+		}
+	}
+	if err == nil {
+		s.e.ctrs.riddenAcks.Add(int64(len(acked)))
+	}
+	settle(riders, errs)
+	s.unblocked(ds...)
+}
+
+func ridersRefs(as []*ridingAck) []Ref {
+	refs := make([]Ref, len(as))
+	for i, a := range as {
+		refs[i] = refOf(a.d)
+	}
+	return refs
 }
 
 func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []error {
@@ -442,6 +510,7 @@ func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
 			fetched = append(fetched, d)
 		}
 	}
+	s.fetched.Add(-int64(len(fetched)))
 	var errs []error
 	for chunk := range slices.Chunk(fetched, s.cfg.SettleBatch) {
 		errs = appendErrs(errs, s.fenced(ctx, chunk, s.e.d.Release(s.q, refsOf(chunk)), &countRef{"release", &s.e.ctrs.releases}))
@@ -514,10 +583,11 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 // Wake implements transport.Waker.
 func (s *Source) Wake() <-chan struct{} { return s.w.ch }
 
-// TakeWakeHint implements transport.WakeHinter: the number of
-// notifications (one per Publish call, or per release) coalesced into the
-// wake-ups this source received since the last call.
-func (s *Source) TakeWakeHint() int { return int(s.w.hint.Swap(0)) }
+// TakeWakeHint implements transport.WakeHinter: the rows announced by the
+// notifications (one per Publish call, per notify window, or per release)
+// coalesced into the wake-ups this source received since the last call, as
+// estimated from what earlier wake-ups found (hint.go).
+func (s *Source) TakeWakeHint() int { return s.hints.take(int(s.w.hint.Swap(0))) }
 
 // Close implements transport.Source: it stops the sweeper and waits for
 // queued settlements to flush. Rows still leased are left to the sweeper.
@@ -530,7 +600,11 @@ func (s *Source) Close(ctx context.Context) error {
 		if s.idle != nil {
 			releaseProber(s, s.idle)
 		}
-		err = errors.Join(s.begin.Close(ctx), s.complete.Close(ctx), s.retry.Close(ctx))
+		var rerr error
+		if s.rider != nil {
+			rerr = s.rider.close(ctx) // before the coalescer: its stragglers go there
+		}
+		err = errors.Join(rerr, s.begin.Close(ctx), s.complete.Close(ctx), s.retry.Close(ctx))
 		s.swept.Wait()
 	})
 	return err

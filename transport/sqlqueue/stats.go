@@ -14,6 +14,7 @@ type Counters struct {
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
 	published, stray, statementRetries           atomic.Int64
 	probes, probeHits, skippedSweeps             atomic.Int64
+	riddenAcks                                   atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -31,14 +32,17 @@ type Stats struct {
 	SkippedClaims int64
 	Begins        int64 // lease-gate statements (group-committed)
 	Completes     int64 // ack statements (group-committed)
-	Renews        int64 // lease renewal statements
-	Retries       int64 // nack statements
-	Releases      int64 // release statements
-	DeadLetters   int64 // dead-letter statements
-	Inserts       int64 // publish statements
-	Sweeps        int64 // sweeper statements (including its lock)
-	Tx            int64 // BEGIN and COMMIT/ROLLBACK round trips
-	Other         int64 // schema and subscription statements
+	// RiddenAcks counts acks carried by a claim statement (no Complete
+	// statement of their own; see SubscriberConfig.AckHold).
+	RiddenAcks  int64
+	Renews      int64 // lease renewal statements
+	Retries     int64 // nack statements
+	Releases    int64 // release statements
+	DeadLetters int64 // dead-letter statements
+	Inserts     int64 // publish statements
+	Sweeps      int64 // sweeper statements (including its lock)
+	Tx          int64 // BEGIN and COMMIT/ROLLBACK round trips
+	Other       int64 // schema and subscription statements
 
 	LeaseLost    int64 // settlements refused because the fence did not match
 	Recovered    int64 // rows the sweeper returned to pending
@@ -81,7 +85,7 @@ func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Claims: c.claims.Load(), EmptyClaims: c.emptyClaims.Load(), ClaimedRows: c.claimedRows.Load(),
 		SkippedClaims: c.skippedClaims.Load(), StartedRows: c.startedRows.Load(),
-		Begins: c.begins.Load(), Completes: c.completes.Load(), Renews: c.renews.Load(),
+		Begins: c.begins.Load(), Completes: c.completes.Load(), RiddenAcks: c.riddenAcks.Load(), Renews: c.renews.Load(),
 		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),

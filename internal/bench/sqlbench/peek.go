@@ -203,6 +203,7 @@ func addStats(a *sqlqueue.Stats, b sqlqueue.Stats) {
 	a.StartedRows += b.StartedRows
 	a.Begins += b.Begins
 	a.Completes += b.Completes
+	a.RiddenAcks += b.RiddenAcks
 	a.Renews += b.Renews
 	a.Retries += b.Retries
 	a.Releases += b.Releases

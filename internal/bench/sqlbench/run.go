@@ -433,8 +433,8 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	}
 	var notes []string
 	if eng.has {
-		notes = append(notes, fmt.Sprintf("engine: claims=%d empty=%d rows=%d started=%d begins=%d completes=%d renews=%d releases=%d sweeps=%d",
-			eng.st.Claims, eng.st.EmptyClaims, eng.st.ClaimedRows, eng.st.StartedRows, eng.st.Begins, eng.st.Completes, eng.st.Renews, eng.st.Releases, eng.st.Sweeps))
+		notes = append(notes, fmt.Sprintf("engine: claims=%d empty=%d rows=%d started=%d begins=%d completes=%d ridden=%d renews=%d releases=%d sweeps=%d",
+			eng.st.Claims, eng.st.EmptyClaims, eng.st.ClaimedRows, eng.st.StartedRows, eng.st.Begins, eng.st.Completes, eng.st.RiddenAcks, eng.st.Renews, eng.st.Releases, eng.st.Sweeps))
 	}
 	if eng.peeks > 0 {
 		notes = append(notes, fmt.Sprintf("peeks=%d (empty %d)", eng.peeks, eng.emptyPeeks))

@@ -157,6 +157,8 @@ var cases = []struct {
 	{"DirectClaimCountsAttemptOnce", testDirectClaim},
 	{"DirectClaimReleasedOnClose", testDirectClose},
 	{"DirectClaimRecoveredAsProcessing", testDirectRecovered},
+	{"AcksRideClaims", testAcksRideClaims},
+	{"AcksRideSubscriber", testAcksRideSubscriber},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
