@@ -28,7 +28,7 @@
 // (unnest) so a batch of any size is one statement; dead-lettering is one
 // data-modifying CTE. Inserts send NOTIFY on WakeChannel with the queue
 // table as payload, once per statement and at most once per queue per
-// notify_window (20ms) per publisher: an insert within the window leaves
+// notify_window (25ms) per publisher: an insert within the window leaves
 // its NOTIFY out (an argument of the one statement text), the next insert
 // after the window carries one, and when none comes a trailing NOTIFY
 // goes out on its own after the skipped inserts committed (each NOTIFY

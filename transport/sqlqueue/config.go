@@ -45,7 +45,7 @@ const (
 	DefaultSubscriptionsTTL = time.Second
 	// DefaultNotifyWindow is the window within which a publisher sends at
 	// most one wake-up notification per queue (dialects with NOTIFY).
-	DefaultNotifyWindow = 20 * time.Millisecond
+	DefaultNotifyWindow = 25 * time.Millisecond
 	// DefaultSettleBatch is the largest group-committed batch of Begin,
 	// Complete or Retry calls.
 	DefaultSettleBatch = 256
@@ -126,10 +126,11 @@ type SubscriberConfig struct {
 	// URL: sweep_interval.
 	SweepInterval time.Duration
 	// WakeDebounce is the window in which wake-ups of this subscriber's
-	// queues (an in-process publish, a PostgreSQL NOTIFY) coalesce into
-	// one, which goes to one idle source of the queue per pool rather than
-	// to all (see the package documentation, Wake-up). Negative wakes at
-	// once. Defaults to DefaultWakeDebounce (25ms). URL: wake_debounce.
+	// queues (an in-process publish, a PostgreSQL NOTIFY) coalesce: the
+	// first after a quiet window wakes at once, the ones within the window
+	// after it coalesce into one at its end. Each goes to one idle source
+	// of the queue per pool rather than to all (see the package
+	// documentation, Wake-up). Negative wakes at once. Defaults to DefaultWakeDebounce (25ms). URL: wake_debounce.
 	WakeDebounce time.Duration
 	// IdleProbeMax bounds the interval of the pool's idle probe. A source
 	// whose claim came back empty stops claiming until a wake-up (an
@@ -326,7 +327,8 @@ type PublisherConfig struct {
 	// would have told them (subscribers sharing the publisher's pool are
 	// woken at once, in-process). Negative sends one with every insert.
 	// Inserts of WithTx always carry theirs. Defaults to
-	// DefaultNotifyWindow (20ms). URL: notify_window.
+	// DefaultNotifyWindow (25ms: the subscribers' default WakeDebounce, so a steady
+	// flow's notifications each wake a subscriber at once). URL: notify_window.
 	NotifyWindow time.Duration
 
 	// logger receives the publisher's logs: the constructor's logger

@@ -112,8 +112,10 @@
 // wake subscribers in other processes, over one dedicated connection per
 // pool; a NotifyCoalescer's publisher sends at most one notification per
 // queue per PublisherConfig.NotifyWindow, the last of a burst trailing
-// after the burst's inserts committed. Wake-ups are debounced and elected: those of one (pool, queue)
-// within SubscriberConfig.WakeDebounce (25ms) coalesce into one, delivered
+// after the burst's inserts committed. Wake-ups are debounced and elected: one of a (pool, queue)
+// that had none within SubscriberConfig.WakeDebounce (25ms) fires at once,
+// the ones that follow within that window coalesce into one at its end,
+// delivered
 // to one idle source (round robin) rather than to every source, so a
 // NOTIFY does not send every idle subscriber of a process to an empty
 // claim. Across pools, each queue has one leader (WakeSession; PostgreSQL:

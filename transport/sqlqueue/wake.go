@@ -23,9 +23,12 @@ import (
 // claim, one finds the rows, the others' claims come back empty. The hub
 // instead debounces and elects:
 //
-//   - notifications of one key within its debounce window (the smallest
-//     SubscriberConfig.WakeDebounce of the key's sources) coalesce into one
-//     wake-up, at the end of the window;
+//   - a notification of a key that had no wake-up within its debounce
+//     window (the smallest SubscriberConfig.WakeDebounce of the key's
+//     sources) wakes at once; the notifications that follow within the
+//     window coalesce into one wake-up, at its end. A publisher's
+//     coalesced NOTIFYs come at most one per NotifyWindow (25ms, the
+//     default debounce), so a steady flow's each wake at once;
 //   - that wake-up goes to one source only, the next idle one in
 //     round-robin order (idle: its last claim came back empty, so its loop
 //     is waiting for a wake-up or its empty delay). A source that is
@@ -84,6 +87,9 @@ type wakeQueue struct {
 	next    int         // round-robin start
 	timer   *time.Timer // the pending debounced wake-up; nil when none
 	pending int         // notifications since the last wake-up fired
+	// lastFire is when the last wake-up fired: the debounce window runs
+	// from it.
+	lastFire time.Time
 	// follower: another pool leads this queue's wake-ups; notifications
 	// from the LISTEN connection are ignored.
 	follower bool
@@ -145,11 +151,14 @@ func (h *hub) notifyFrom(k wakeKey, listened bool) {
 	for _, w := range q.ws[1:] {
 		d = min(d, w.debounce)
 	}
-	if d <= 0 {
+	// Leading edge: a notification when none fired within the window
+	// wakes at once; the ones after it wait for the window's end.
+	wait := time.Until(q.lastFire.Add(d))
+	if d <= 0 || wait <= 0 {
 		q.fire()
 		return
 	}
-	q.timer = time.AfterFunc(d, func() {
+	q.timer = time.AfterFunc(wait, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		q.timer = nil
@@ -235,6 +244,7 @@ func (h *hub) kickLocked(db *sql.DB) {
 func (q *wakeQueue) fire() {
 	announced := int64(q.pending)
 	q.pending = 0
+	q.lastFire = time.Now()
 	if q.fired.IsZero() || q.claimedSince(q.fired) {
 		q.fired = time.Now()
 	}

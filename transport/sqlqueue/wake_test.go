@@ -52,7 +52,8 @@ func TestHubElectsOneIdleSource(t *testing.T) {
 	}
 }
 
-// Notifications within the debounce window coalesce into one wake-up at
+// The first notification after a quiet window wakes at once (leading
+// edge); those that follow within the window coalesce into one wake-up at
 // its end.
 func TestHubDebounces(t *testing.T) {
 	h := &hub{qs: map[wakeKey]*wakeQueue{}}
@@ -64,27 +65,34 @@ func TestHubDebounces(t *testing.T) {
 	defer h.add(k, a)()
 	defer h.add(k, b)()
 	start := time.Now()
+	h.notify(k)
+	if !pending(a) || pending(b) {
+		t.Fatal("the first notification did not wake the first registered source at once")
+	}
 	for range 10 {
 		h.notify(k)
 	}
 	if pending(a) || pending(b) {
-		t.Fatal("woken before the debounce window ended")
+		t.Fatal("notifications within the window woke a source before the window ended")
 	}
 	select {
-	case <-a.ch:
 	case <-b.ch:
-		t.Fatal("the round robin starts at the first registered source")
+	case <-a.ch:
+		t.Fatal("the round robin goes on to the second source")
 	case <-time.After(5 * time.Second):
-		t.Fatal("no wake-up")
+		t.Fatal("no trailing wake-up")
 	}
 	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Fatalf("woken after %s, before the 50ms window", d)
+		t.Fatalf("trailing wake-up after %s, before the 50ms window", d)
+	}
+	if got := b.hint.Load(); got != 10 {
+		t.Fatalf("the trailing wake-up announced %d notifications, want 10", got)
 	}
 	h.mu.Lock()
 	armed := h.qs[k].timer != nil
 	h.mu.Unlock()
-	if armed || pending(b) {
-		t.Fatal("ten notifications made more than one wake-up")
+	if armed || pending(a) {
+		t.Fatal("ten notifications in one window made more than one trailing wake-up")
 	}
 }
 
