@@ -290,6 +290,12 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	}
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	s.e.ctrs.startedRows.Add(int64(started))
+	if direct > 0 {
+		// The loop reserves permits only while nothing is buffered: no
+		// fetched row of an earlier claim waits (a count left over by a
+		// path that settled one without Begin or Release starts over).
+		s.fetched.Store(0)
+	}
 	s.fetched.Add(int64(len(ds) - started))
 	s.hints.claimed(len(ds))
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
@@ -336,6 +342,7 @@ func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
 // Begin implements transport.Source: the lease gate, group-committed with
 // concurrent Begin calls into one fenced statement.
 func (s *Source) Begin(ctx context.Context, d *transport.Delivery) error {
+	s.fetched.Add(-1) // out of the buffer, whatever the outcome
 	return s.settleErr("begin", d, s.begin.Do(ctx, d))
 }
 
@@ -349,7 +356,6 @@ func (s *Source) settleErr(op string, d *transport.Delivery, err error) error {
 }
 
 func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []error {
-	s.fetched.Add(-int64(len(ds))) // out of the buffer, whatever the outcome
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
 	refs := refsOf(ds)
