@@ -48,6 +48,7 @@ type Source struct {
 
 	begin    *coalesce.Coalescer[*transport.Delivery]
 	complete *coalesce.Coalescer[*transport.Delivery]
+	retry    *coalesce.Coalescer[retryItem]
 	// rider holds acks for the next claim statement (ride.go); nil when
 	// the dialect is no AckRider or AckHold is negative.
 	rider *rider
@@ -57,7 +58,6 @@ type Source struct {
 	fetched atomic.Int64
 	// hints turns notifications into the rows they announce.
 	hints hintEstimate
-	retry *coalesce.Coalescer[retryItem]
 
 	stopSweep chan struct{}
 	swept     sync.WaitGroup
