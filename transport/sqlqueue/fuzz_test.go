@@ -90,3 +90,28 @@ func FuzzHeadersRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeHeaders checks the headers scan against json.Unmarshal: the
+// same metadata when it decodes, an error exactly when json.Unmarshal
+// fails.
+func FuzzDecodeHeaders(f *testing.F) {
+	for _, s := range []string{
+		`{"a":"b"}`, `{}`, ` { } `, `{"a":"b","c":"d"}`, "{\n\t\"a\" : \"b\" ,\r\"c\":\"\"}",
+		`{"a":"b",}`, `{"a":"b"} x`, `{"a":"b"`, `{"a"}`, `{"a":}`, `{,}`, `{"a":"b""c":"d"}`,
+		`{"a":"\u00e9"}`, `{"é":"ü"}`, "{\"a\":\"\xff\"}", "{\"a\":\"\x01\"}", `{"a":"b\"c"}`,
+		`{"a":null}`, `{"a":1}`, `null`, `[]`, `"a"`, ``, `{"a":"1","a":"2"}`, `{"a":{"b":"c"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeHeaders(b)
+		want := message.Metadata{}
+		wantErr := json.Unmarshal(b, &want)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%q: error %v, json.Unmarshal's %v", b, err, wantErr)
+		}
+		if err == nil && !maps.Equal(got, want) {
+			t.Fatalf("%q: decoded %v, json.Unmarshal %v", b, got, want)
+		}
+	})
+}

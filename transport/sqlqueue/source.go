@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"database/sql"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -330,7 +329,8 @@ func (s *Source) Map(d *transport.Delivery) (*message.Message, error) {
 	}
 	md := message.Metadata{}
 	if len(raw.headers) > 0 {
-		if err := json.Unmarshal(raw.headers, &md); err != nil {
+		var err error
+		if md, err = decodeHeaders(raw.headers); err != nil {
 			return nil, fmt.Errorf("sqlqueue: decode headers of row %s: %w", d.ID, err)
 		}
 	}
