@@ -315,7 +315,7 @@ func TestDemoSQS(t *testing.T) {
 // receives and re-exposes messages) it waits for the count to settle.
 func waitDeadLetters(t *testing.T, u string, want int, what string, args ...string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(sqsHoldWait)
 	for {
 		got := deadLetters(t, u, args...)
 		if len(got) == want {
@@ -328,6 +328,12 @@ func waitDeadLetters(t *testing.T, u string, want int, what string, args ...stri
 	}
 }
 
+// sqsHoldWait is how long an SQS test waits for a dead-letter command to
+// see every message: past the listing's 30 s hold (inspect.SQS), since a
+// message whose making-visible again was lost stays hidden for the whole
+// hold (seen under CI load: a replay by id found 0 after 30 s).
+const sqsHoldWait = 45 * time.Second
+
 // mustRunSettled runs a command that must succeed with want in its output.
 // On SQS (no peek: listing a dead-letter queue receives its messages and
 // makes them visible again) a command right after another may not see
@@ -337,7 +343,7 @@ func mustRunSettled(t *testing.T, u, want string, args ...string) string {
 	if !strings.HasPrefix(u, "sqs") {
 		return mustRun(t, args...)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(sqsHoldWait)
 	for {
 		code, out, errs := runCmd(t, args...)
 		if code == 0 && strings.Contains(out, want) {
