@@ -233,7 +233,7 @@ func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
 	for _, d := range ds {
 		if d.Started && n < started {
 			n++
-			go r.process(d)
+			go r.work(d)
 			continue
 		}
 		rest = append(rest, d)
