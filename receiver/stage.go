@@ -99,6 +99,7 @@ type stage struct {
 	// releases).
 	settleCtx    context.Context
 	settleCancel context.CancelFunc
+	deadlines    callDeadlines // callCtx's shared deadlines
 
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
 	stopOnce  sync.Once
