@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,44 +34,79 @@ func (r *stage) dispatch() {
 			<-r.permits
 			continue
 		}
+		r.startWorker(d)
+	}
+}
+
+// workerLinger is how long a worker that found nothing to take waits for
+// the dispatcher to hand it a delivery before it exits. It spans the gap
+// between a buffer running dry and the next claim's rows (a few
+// milliseconds on PostgreSQL), so that the workers of a busy stage are
+// reused rather than started again; an idle stage keeps none for longer.
+const workerLinger = 50 * time.Millisecond
+
+// startWorker processes d, which holds a permit, on a lingering worker if
+// one waits, else on a new one.
+func (r *stage) startWorker(d *transport.Delivery) {
+	select {
+	case r.handoff <- d: // the worker's own count now stands for d
+	default:
 		r.workers.Add(1)
 		go r.work(d)
 	}
 }
 
 // work processes d and then, on the same permit, each delivery ready in
-// the buffer when the one before is settled; it frees the permit and exits
-// when none is. While the buffer has work, a permit thus goes from one
-// delivery to the next without a hand-off to the dispatcher and without a
-// new goroutine, whose stack would grow again through the decode and the
-// settlement calls (in a PostgreSQL drain, stack growth and goroutine
-// starts were a fifth of the receiver's CPU).
+// the buffer when the one before is settled. When none is, it frees the
+// permit and lingers (workerLinger) for the dispatcher to hand it the next
+// delivery. A permit thus goes from one delivery to the next without a
+// hand-off to the dispatcher while the buffer has work, and a goroutine
+// serves many deliveries: a new one per delivery started small and grew
+// its stack again through the decode and the settlement calls (in a
+// PostgreSQL drain, stack growth and goroutine starts were a fifth of the
+// receiver's CPU).
+//
+// A worker counts once in r.workers. While it processes, that count goes
+// with the delivery's permit (to a flight that enters a batch, say, and
+// then the worker exits); while it lingers, it is the worker's own.
 func (r *stage) work(d *transport.Delivery) {
-	for d != nil && r.process(d) {
+	for d != nil {
+		if !r.process(d) {
+			return
+		}
 		d = r.next()
 	}
 }
 
-// next takes the buffered delivery to dispatch next for a worker that holds
-// a permit and a worker count; when there is none, or the stage stopped, it
-// frees both and returns nil.
+// next returns the delivery to process next for a worker that holds a
+// permit and a worker count: the buffered one ready next, taken on that
+// permit, or else one the dispatcher hands over while the worker lingers
+// without its permit. nil means the worker exits; it counts no more.
 func (r *stage) next() *transport.Delivery {
 	r.mu.Lock()
 	i := -1
 	if !r.isStopped() {
 		i = r.readyIndex(true)
 	}
-	if i < 0 {
+	if i >= 0 {
+		d := r.remove(i)
+		r.dispatched.Add(1)
 		r.mu.Unlock()
-		r.freePermit()
-		r.workers.Done()
-		return nil
+		r.changed()
+		return d
 	}
-	d := r.remove(i)
-	r.dispatched.Add(1)
 	r.mu.Unlock()
-	r.changed()
-	return d
+	r.freePermit() // the count stays, now the lingering worker's own
+	t := time.NewTimer(workerLinger)
+	defer t.Stop()
+	select {
+	case d := <-r.handoff:
+		return d
+	case <-t.C:
+	case <-r.stop:
+	}
+	r.workers.Done()
+	return nil
 }
 
 // readyIndex returns the index of the buffered delivery to dispatch next,

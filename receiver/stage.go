@@ -81,6 +81,7 @@ type stage struct {
 	name     string
 
 	permits chan struct{}
+	handoff chan *transport.Delivery // unbuffered: to a lingering worker (work)
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
@@ -139,6 +140,7 @@ func newStage(p stageParams) (pipe, error) {
 		logger:    logger,
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),
+		handoff:   make(chan *transport.Delivery),
 		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
@@ -234,7 +236,12 @@ func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
 	for _, d := range ds {
 		if d.Started && n < started {
 			n++
-			go r.work(d)
+			select {
+			case r.handoff <- d: // a lingering worker's own count stands for d
+				r.workers.Done()
+			default:
+				go r.work(d)
+			}
 			continue
 		}
 		rest = append(rest, d)
