@@ -299,15 +299,7 @@ func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Dur
 	// for 64 rows out of 20,000.
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond'
-WHERE q.id = ANY(ARRAY(
-	SELECT p.id FROM `+q.Table+` AS p
-	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
-	  AND (p.ordering_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
-	ORDER BY p.due_at, p.id
-	LIMIT $3
-	FOR UPDATE OF p SKIP LOCKED
-))
+WHERE q.id = ANY(ARRAY(`+claimable(q.Table)+`))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)
 }
@@ -317,24 +309,44 @@ RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 // entries (the oldest due) are set to processing as Begin would, the rest
 // to fetched, in one statement.
 func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
-	return st(`WITH c AS (SELECT ARRAY(
-	SELECT p.id FROM `+q.Table+` AS p
+	return st(`WITH `+directChoice(q.Table)+`
+`+directUpdate(q.Table),
+		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease))
+}
+
+// claimable is the claims' row choice ($3 rows at most): due rows, oldest
+// first, a keyed row only as its key's head (see Claim), locked, skipping
+// rows another claim has locked.
+func claimable(table string) string {
+	return `
+	SELECT p.id FROM ` + table + ` AS p
 	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
+		SELECT 1 FROM ` + table + ` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
 	LIMIT $3
 	FOR UPDATE OF p SKIP LOCKED
-) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started FROM c)
-UPDATE `+q.Table+` AS q
+`
+}
+
+// directChoice is ClaimDirect's CTEs: c, the chosen ids as an array; d,
+// them and the first $4 of them, the rows to start.
+func directChoice(table string) string {
+	return `c AS (SELECT ARRAY(` + claimable(table) + `) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started FROM c)`
+}
+
+// directUpdate is ClaimDirect's UPDATE of d's rows: started ones to
+// processing as Begin would ($5: the lease), the others to fetched ($2:
+// the fetch timeout), all for owner $1.
+func directUpdate(table string) string {
+	return `UPDATE ` + table + ` AS q
 SET state = CASE WHEN q.id = ANY(d.started) THEN 2 ELSE 1 END,
 	owner = $1,
 	attempts = q.attempts + CASE WHEN q.id = ANY(d.started) THEN 1 ELSE 0 END,
 	lease_until = now() + CASE WHEN q.id = ANY(d.started) THEN $5::bigint ELSE $2::bigint END * interval '1 millisecond'
 FROM d
 WHERE q.id = ANY(d.ids)
-RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state`,
-		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease))
+RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state`
 }
 
 // ClaimComplete implements sqlqueue.AckRider: ClaimDirect's statement with
@@ -349,23 +361,8 @@ func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetch
 	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
 	WHERE x.id = r.id AND x.owner = r.owner AND x.state = 2
 	RETURNING x.id
-), c AS (SELECT ARRAY(
-	SELECT p.id FROM `+q.Table+` AS p
-	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
-	  AND (p.ordering_key IS NULL OR NOT EXISTS (
-		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
-	ORDER BY p.due_at, p.id
-	LIMIT $3
-	FOR UPDATE OF p SKIP LOCKED
-) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started FROM c), u AS (
-UPDATE `+q.Table+` AS q
-SET state = CASE WHEN q.id = ANY(d.started) THEN 2 ELSE 1 END,
-	owner = $1,
-	attempts = q.attempts + CASE WHEN q.id = ANY(d.started) THEN 1 ELSE 0 END,
-	lease_until = now() + CASE WHEN q.id = ANY(d.started) THEN $5::bigint ELSE $2::bigint END * interval '1 millisecond'
-FROM d
-WHERE q.id = ANY(d.ids)
-RETURNING q.id, q.uuid, q.headers, q.body, q.attempts, q.state)
+), `+directChoice(q.Table)+`, u AS (
+`+directUpdate(q.Table)+`)
 SELECT id, uuid, headers, body, attempts, state FROM u
 UNION ALL
 SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FROM done`,
