@@ -73,9 +73,8 @@ func (f *flight) takeBatched() bool {
 
 // watch waits for the message's ack or nack, for Close to give up, or for
 // the message to enter a batch (wake; nil for the await goroutine), and
-// settles it if it can take it. It reports whether it kept the flight's
-// permit and worker count when it ended the flight (flight.end).
-func (f *flight) watch(wake <-chan struct{}) (kept bool) {
+// settles it if it can take it.
+func (f *flight) watch(wake <-chan struct{}) {
 	r := f.r
 	taken := false
 	defer func() {
@@ -107,7 +106,7 @@ func (f *flight) watch(wake <-chan struct{}) (kept bool) {
 		if taken = r.abandoned.Load() && f.takeBatched(); taken {
 			f.handBack()
 		}
-		return false
+		return
 	}
 	f.tracker.Cancel()
 	switch outcome {
@@ -119,7 +118,7 @@ func (f *flight) watch(wake <-chan struct{}) (kept bool) {
 		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
 		r.retry(f.d, f.msg, 0)
 	}
-	return f.endKeep(outcome, wake != nil)
+	f.end(outcome)
 }
 
 // undelivered hands back a flight user code never saw (the stage stopped
@@ -150,23 +149,13 @@ func (f *flight) handBack() {
 // end reports the outcome, forgets the flight and frees what it held. Only
 // the party that took the flight calls it; a second call (after a panic
 // inside the first) does nothing.
-func (f *flight) end(outcome transport.Outcome) { f.endKeep(outcome, false) }
-
-// endKeep is end for the process goroutine (keep set): if the flight still
-// holds its permit, the permit and the worker count pass to the caller,
-// which reports true, instead of being freed; the caller then takes the
-// next delivery on them or frees them (stage.next).
-func (f *flight) endKeep(outcome transport.Outcome, keep bool) bool {
+func (f *flight) end(outcome transport.Outcome) {
 	f.mu.Lock()
 	ended := f.ended
 	f.ended = true
-	kept := keep && !ended && f.permit
-	if kept {
-		f.permit = false
-	}
 	f.mu.Unlock()
 	if ended {
-		return false
+		return
 	}
 	r := f.r
 	if f.finish != nil {
@@ -176,12 +165,8 @@ func (f *flight) endKeep(outcome transport.Outcome, keep bool) bool {
 	delete(r.holding, f.d)
 	r.mu.Unlock()
 	r.keyDone(f.d, f.acked)
-	if kept {
-		return true
-	}
 	f.freePermit()
 	r.workers.Done()
-	return false
 }
 
 func (f *flight) freePermit() {

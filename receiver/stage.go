@@ -81,7 +81,6 @@ type stage struct {
 	name     string
 
 	permits chan struct{}
-	handoff chan *transport.Delivery // unbuffered: to a lingering worker (work)
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
@@ -100,7 +99,6 @@ type stage struct {
 	// releases).
 	settleCtx    context.Context
 	settleCancel context.CancelFunc
-	deadlines    callDeadlines // callCtx's shared deadlines
 
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
 	stopOnce  sync.Once
@@ -140,7 +138,6 @@ func newStage(p stageParams) (pipe, error) {
 		logger:    logger,
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),
-		handoff:   make(chan *transport.Delivery),
 		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
@@ -236,12 +233,7 @@ func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
 	for _, d := range ds {
 		if d.Started && n < started {
 			n++
-			select {
-			case r.handoff <- d: // a lingering worker's own count stands for d
-				r.workers.Done()
-			default:
-				go r.work(d)
-			}
+			go r.process(d)
 			continue
 		}
 		rest = append(rest, d)
