@@ -61,6 +61,11 @@ func (r *stage) giveUp(ctx context.Context, cause error) error {
 	close(r.abandon)
 	r.handBackBatched()
 	if err := wait.Group(grace, &r.workers); err != nil {
+		// The grace is over: cancel the calls now. The AfterFunc above may
+		// not have run yet, and the deferred stopCalls would then keep it
+		// from ever running, leaving a hung call to the source (and its
+		// goroutine) behind for good.
+		r.settleCancel()
 		return fmt.Errorf("berth: closing: %d in-flight messages handed back unsettled, some not within CloseGrace (%s): %w",
 			n, r.cfg.CloseGrace, cause)
 	}
