@@ -192,7 +192,14 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 		c := r.ledger.Counts()
 		if r.ledger.Outstanding() == 0 && c.DeadPoison >= poison {
-			break
+			// Every message was handled, but a row whose ack failed near
+			// the end of the fault phase is still leased: it returns when
+			// its lease runs out and is handled again (a duplicate). Wait
+			// for the broker to be empty too, so that the leftover count
+			// below sees what the subscribers left, not the race.
+			if n, err := r.b.leftover(ctx); err == nil && n == 0 {
+				break
+			}
 		}
 		if time.Now().After(drainEnd) || ctx.Err() != nil {
 			r.logf("drain timed out: %d outstanding, %d of %d poison dead-lettered", r.ledger.Outstanding(), c.DeadPoison, poison)
