@@ -35,6 +35,9 @@ type Stage struct {
 // Holding returns the deliveries user code holds.
 func (s Stage) Holding() int { return s.s.holdingCount() }
 
+// Permits returns the concurrency permits and the settle slots in use.
+func (s Stage) Permits() (permits, slots int) { return len(s.s.permits), len(s.s.settling) }
+
 // NewStage builds a stage as a listener does.
 func NewStage(p StageParams) (Stage, error) {
 	if err := p.Config.Validate(); err != nil {

@@ -33,6 +33,7 @@ type flight struct {
 
 	mu      sync.Mutex
 	permit  bool // the concurrency permit is still held
+	slot    bool // a settle slot is held instead (toSlot)
 	batched bool // a batch holds the message: nobody watches it
 	taken   bool // a party settles or hands back the message
 	ended   bool
@@ -109,6 +110,9 @@ func (f *flight) watch(wake <-chan struct{}) {
 		return
 	}
 	f.tracker.Cancel()
+	if outcome != transport.OutcomeAbandoned {
+		f.toSlot()
+	}
 	switch outcome {
 	case transport.OutcomeAcked:
 		f.acked = r.complete(f.d, f.msg) == nil
@@ -171,12 +175,41 @@ func (f *flight) end(outcome transport.Outcome) {
 
 func (f *flight) freePermit() {
 	f.mu.Lock()
-	held := f.permit
-	f.permit = false
+	held, slot := f.permit, f.slot
+	f.permit, f.slot = false, false
 	f.mu.Unlock()
-	if held {
+	switch {
+	case held:
 		f.r.freePermit()
+	case slot:
+		f.r.inflight.Add(-1)
+		<-f.r.settling
+		f.r.changed()
 	}
+}
+
+// toSlot moves a flight whose message user code has let go of from its
+// permit to a free settle slot, so the permit goes to the next delivery
+// while the ack or nack is settled. With every slot taken (settlements
+// are slower than user code), the flight settles on its permit: user code
+// then waits for the broker, and deliveries, permits and slots stay
+// bounded. A flight without a permit (a batch freed it) takes no slot.
+func (f *flight) toSlot() {
+	select {
+	case f.r.settling <- struct{}{}:
+	default:
+		return
+	}
+	f.mu.Lock()
+	held := f.permit
+	f.permit, f.slot = false, held
+	f.mu.Unlock()
+	if !held {
+		<-f.r.settling
+		return
+	}
+	<-f.r.permits // still in flight: r.inflight counts it until it ends
+	f.r.changed()
 }
 
 // EnteredBatch implements BatchHooks: the permit is freed and the process

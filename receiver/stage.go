@@ -81,6 +81,11 @@ type stage struct {
 	name     string
 
 	permits chan struct{}
+	// settling holds the settle slots: a flight whose message user code has
+	// acked or nacked moves from its permit to a slot, when one is free,
+	// for the call that settles it (flight.toSlot), so the next delivery
+	// does not wait for the broker's round trip. Cap: Concurrency.
+	settling chan struct{}
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
@@ -138,6 +143,7 @@ func newStage(p stageParams) (pipe, error) {
 		logger:    logger,
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),
+		settling:  make(chan struct{}, cfg.Concurrency),
 		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),

@@ -458,3 +458,57 @@ func TestStartedDeliveriesSkipTheGate(t *testing.T) {
 		t.Fatalf("retried %v, released %v; want %s handed back, %s released", src.retried, src.released, first.UUID, other)
 	}
 }
+
+// slowAckSource is a gateSource whose Complete waits until release is
+// closed, reporting each call on entered.
+type slowAckSource struct {
+	*gateSource
+	entered chan string
+	release chan struct{}
+}
+
+func (s *slowAckSource) Complete(ctx context.Context, d *transport.Delivery) error {
+	s.entered <- d.ID
+	<-s.release
+	return s.gateSource.Complete(ctx, d)
+}
+
+// An acked message's settlement moves from its permit to a settle slot, so
+// the next delivery goes to user code while the ack's call is still out;
+// with every slot taken, a settlement keeps its permit, and nothing more is
+// delivered until one ends.
+func TestSettlementFreesThePermit(t *testing.T) {
+	src := &slowAckSource{gateSource: newGateSource(), entered: make(chan string, 3), release: make(chan struct{})}
+	r, out := start(t, src, receiver.Config{Concurrency: 1})
+	r.Push([]*transport.Delivery{{ID: "a", Raw: "a"}, {ID: "b", Raw: "b"}, {ID: "c", Raw: "c"}})
+	recv(t, out).Ack()
+	if id := <-src.entered; id != "a" {
+		t.Fatalf("first ack for %s, want a", id)
+	}
+	b := recv(t, out) // delivered while a's ack is still out
+	if b.UUID != "b" {
+		t.Fatalf("got %s, want b", b.UUID)
+	}
+	if p, s := r.Permits(); p != 1 || s != 1 || r.InFlight() != 2 {
+		t.Fatalf("permits %d, slots %d, in flight %d; want 1, 1, 2", p, s, r.InFlight())
+	}
+	b.Ack()
+	if id := <-src.entered; id != "b" {
+		t.Fatalf("second ack for %s, want b", id)
+	}
+	// The one slot is a's: b settles on its permit, c stays buffered.
+	if p, s := r.Permits(); p != 1 || s != 1 || r.Buffered() != 1 {
+		t.Fatalf("permits %d, slots %d, buffered %d; want 1, 1, 1", p, s, r.Buffered())
+	}
+	close(src.release)
+	recv(t, out).Ack()
+	eventually(t, "every settlement done", func() bool {
+		p, s := r.Permits()
+		return r.InFlight() == 0 && p == 0 && s == 0
+	})
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.done) != 3 {
+		t.Fatalf("completed %v, want a, b and c", src.done)
+	}
+}
