@@ -29,7 +29,11 @@
 // Config.OrderedNack = OrderedNackDeadLetter, a message with an ordering
 // key is dead-lettered on its first nack). For a transport.Sequencer
 // source the dispatcher takes the oldest delivery whose key has nothing in
-// flight instead (sequence.go). A message
+// flight instead (sequence.go). A worker goroutine that has settled a
+// delivery takes the next ready one itself, on the same permit, and one
+// that finds none lingers briefly, without a permit, for the dispatcher to
+// hand it the next: a busy stage reuses its workers instead of starting a
+// goroutine per delivery. A message
 // that enters a batching stage ([EnterBatch], [JoinBatch]) frees its permit
 // and its
 // goroutine while the batch holds it: nothing watches it until the stage

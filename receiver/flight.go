@@ -74,8 +74,9 @@ func (f *flight) takeBatched() bool {
 
 // watch waits for the message's ack or nack, for Close to give up, or for
 // the message to enter a batch (wake; nil for the await goroutine), and
-// settles it if it can take it.
-func (f *flight) watch(wake <-chan struct{}) {
+// settles it if it can take it. It reports whether it kept the flight's
+// permit and worker count when it ended the flight (flight.end).
+func (f *flight) watch(wake <-chan struct{}) (kept bool) {
 	r := f.r
 	taken := false
 	defer func() {
@@ -107,7 +108,7 @@ func (f *flight) watch(wake <-chan struct{}) {
 		if taken = r.abandoned.Load() && f.takeBatched(); taken {
 			f.handBack()
 		}
-		return
+		return false
 	}
 	f.tracker.Cancel()
 	if outcome != transport.OutcomeAbandoned {
@@ -122,7 +123,7 @@ func (f *flight) watch(wake <-chan struct{}) {
 		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
 		r.retry(f.d, f.msg, 0)
 	}
-	f.end(outcome)
+	return f.endKeep(outcome, wake != nil)
 }
 
 // undelivered hands back a flight user code never saw (the stage stopped
@@ -153,13 +154,23 @@ func (f *flight) handBack() {
 // end reports the outcome, forgets the flight and frees what it held. Only
 // the party that took the flight calls it; a second call (after a panic
 // inside the first) does nothing.
-func (f *flight) end(outcome transport.Outcome) {
+func (f *flight) end(outcome transport.Outcome) { f.endKeep(outcome, false) }
+
+// endKeep is end for the process goroutine (keep set): if the flight still
+// holds its permit, the permit and the worker count pass to the caller,
+// which reports true, instead of being freed; the caller then takes the
+// next delivery on them or frees them (stage.next).
+func (f *flight) endKeep(outcome transport.Outcome, keep bool) bool {
 	f.mu.Lock()
 	ended := f.ended
 	f.ended = true
+	kept := keep && !ended && f.permit
+	if kept {
+		f.permit = false
+	}
 	f.mu.Unlock()
 	if ended {
-		return
+		return false
 	}
 	r := f.r
 	if f.finish != nil {
@@ -169,8 +180,12 @@ func (f *flight) end(outcome transport.Outcome) {
 	delete(r.holding, f.d)
 	r.mu.Unlock()
 	r.keyDone(f.d, f.acked)
+	if kept {
+		return true
+	}
 	f.freePermit()
 	r.workers.Done()
+	return false
 }
 
 func (f *flight) freePermit() {

@@ -3,6 +3,8 @@ package receiver
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -17,10 +19,46 @@ import (
 // context is also cancelled once Close's grace has passed.
 const callTimeout = 30 * time.Second
 
-// callCtx returns the context of one call to the source.
-func (r *stage) callCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.settleCtx, callTimeout)
+// callDeadlineShare is how long calls share one deadline context: a call's
+// deadline is between callTimeout-callDeadlineShare and callTimeout away.
+const callDeadlineShare = time.Second
+
+// A callDeadline is the deadline context that the calls started within
+// callDeadlineShare of its making share. A context.WithTimeout of its own
+// per call started and stopped a runtime timer per settlement (in a
+// PostgreSQL drain, a twentieth of the receiver's CPU); a shared one is
+// never cancelled early (a call still using it would be cut short) and
+// ends at its deadline, or with settleCtx.
+type callDeadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc // never called: the deadline or settleCtx ends ctx
+	until  int64              // UnixNano after which calls make a new one
 }
+
+// callDeadlines holds a stage's current callDeadline.
+type callDeadlines struct {
+	cur atomic.Pointer[callDeadline]
+	mu  sync.Mutex // serialises making a new one
+}
+
+// callCtx returns the context of one call to the source. Its cancel
+// function does nothing (see callDeadline); callers call it all the same.
+func (r *stage) callCtx() (context.Context, context.CancelFunc) {
+	now := time.Now().UnixNano()
+	if c := r.deadlines.cur.Load(); c != nil && now < c.until {
+		return c.ctx, noCancel
+	}
+	r.deadlines.mu.Lock()
+	defer r.deadlines.mu.Unlock()
+	if c := r.deadlines.cur.Load(); c != nil && now < c.until {
+		return c.ctx, noCancel
+	}
+	ctx, cancel := context.WithTimeout(r.settleCtx, callTimeout)
+	r.deadlines.cur.Store(&callDeadline{ctx: ctx, cancel: cancel, until: now + int64(callDeadlineShare)})
+	return ctx, noCancel
+}
+
+func noCancel() {}
 
 // settled reports a settlement call to the observer.
 func (r *stage) settled(op transport.SettleOp, msg *message.Message, n int, start time.Time, err error) {

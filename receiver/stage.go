@@ -86,6 +86,7 @@ type stage struct {
 	// for the call that settles it (flight.toSlot), so the next delivery
 	// does not wait for the broker's round trip. Cap: Concurrency.
 	settling chan struct{}
+	handoff chan *transport.Delivery // unbuffered: to a lingering worker (work)
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
@@ -104,6 +105,7 @@ type stage struct {
 	// releases).
 	settleCtx    context.Context
 	settleCancel context.CancelFunc
+	deadlines    callDeadlines // callCtx's shared deadlines
 
 	stop      chan struct{} // closed by Close or a fault: no new deliveries
 	stopOnce  sync.Once
@@ -144,6 +146,7 @@ func newStage(p stageParams) (pipe, error) {
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),
 		settling:  make(chan struct{}, cfg.Concurrency),
+		handoff:   make(chan *transport.Delivery),
 		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
@@ -239,7 +242,12 @@ func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
 	for _, d := range ds {
 		if d.Started && n < started {
 			n++
-			go r.process(d)
+			select {
+			case r.handoff <- d: // a lingering worker's own count stands for d
+				r.workers.Done()
+			default:
+				go r.work(d)
+			}
 			continue
 		}
 		rest = append(rest, d)

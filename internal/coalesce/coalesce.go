@@ -49,6 +49,11 @@ type Coalescer[T any] struct {
 	closed    bool
 
 	timed *timed // the timer policy; nil for the leader policy
+
+	// waiters recycles the leader policy's waiters with their channels:
+	// three allocations per Do were a tenth of a PostgreSQL drain's
+	// allocations (two Do calls per message, begin and complete).
+	waiters sync.Pool
 }
 
 type waiter[T any] struct {
@@ -111,10 +116,11 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 	if c.timed != nil {
 		return c.doTimed(ctx, item)
 	}
-	w := &waiter[T]{item: item, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+	w := c.newWaiter(item)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.putWaiter(w)
 		return ErrClosed
 	}
 	c.queue = append(c.queue, w)
@@ -139,6 +145,7 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 	for {
 		select {
 		case err := <-w.done:
+			c.putWaiter(w)
 			return err
 		case <-w.lead:
 			c.run(ctx)
@@ -149,6 +156,7 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 					if q == w {
 						c.queue = append(c.queue[:i:i], c.queue[i+1:]...)
 						c.mu.Unlock()
+						c.putWaiter(w)
 						return ctx.Err()
 					}
 				}
@@ -158,6 +166,28 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 			cancelled = nil
 		}
 	}
+}
+
+// newWaiter returns a waiter for item, recycled when one is free. A waiter
+// is put back only when nothing refers to it any more and its channels are
+// empty: after its outcome was received (its lead, if it led, was received
+// before: a waiter leads the flush that carries its own item), after Close
+// refused it, or after it was withdrawn from the queue (never chosen to
+// lead, so nothing was or will be sent to it). deliver touches each waiter
+// of a batch once, so one that returns while deliver goes on is no longer
+// referred to.
+func (c *Coalescer[T]) newWaiter(item T) *waiter[T] {
+	if w, ok := c.waiters.Get().(*waiter[T]); ok {
+		w.item = item
+		return w
+	}
+	return &waiter[T]{item: item, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+}
+
+func (c *Coalescer[T]) putWaiter(w *waiter[T]) {
+	var zero T
+	w.item, w.leading = zero, false
+	c.waiters.Put(w)
 }
 
 // lingerFor waits the linger (if any) before the first flush after idle,

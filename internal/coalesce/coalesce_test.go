@@ -230,3 +230,42 @@ func TestLingerEndsAtALull(t *testing.T) {
 		t.Fatalf("flushed %v, want [7]", got)
 	}
 }
+
+// Every Do gets its own item's outcome while waiters are recycled between
+// calls, withdrawn ones (a context cancelled while queued) included.
+func TestOutcomesStayWithTheirItems(t *testing.T) {
+	errOdd := errors.New("odd")
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		errs := make([]error, len(items))
+		for i, it := range items {
+			if it%2 == 1 {
+				errs[i] = errOdd
+			}
+		}
+		return errs
+	}, 4)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				item := g*1000 + i
+				ctx := context.Background()
+				if i%5 == 0 {
+					ctx = cancelled // withdrawn if queued, else seen through
+				}
+				err := c.Do(ctx, item)
+				switch {
+				case ctx == cancelled && errors.Is(err, context.Canceled):
+				case item%2 == 1 && !errors.Is(err, errOdd), item%2 == 0 && err != nil:
+					t.Errorf("Do(%d) = %v", item, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
