@@ -29,6 +29,10 @@ const (
 type Config struct {
 	// Concurrency is the maximum number of un-acked messages delivered to
 	// Watermill at once (the concurrency permits). Set 1 for strict order.
+	// A message's settlement (the call its Ack or Nack makes) runs on one
+	// of Concurrency settle slots when one is free, and its permit goes to
+	// the next message at once; with every slot taken it runs on its
+	// permit.
 	// Defaults to DefaultConcurrency (16). URL: concurrency.
 	Concurrency int
 

@@ -66,15 +66,23 @@ func (r *stage) startWorker(d *transport.Delivery) {
 // PostgreSQL drain, stack growth and goroutine starts were a fifth of the
 // receiver's CPU).
 //
+// A worker whose delivery settled on a settle slot (its permit went to the
+// next delivery when user code let go of the message) lingers the same way
+// once the settlement is done.
+//
 // A worker counts once in r.workers. While it processes, that count goes
 // with the delivery's permit (to a flight that enters a batch, say, and
 // then the worker exits); while it lingers, it is the worker's own.
 func (r *stage) work(d *transport.Delivery) {
 	for d != nil {
-		if !r.process(d) {
+		switch r.process(d) {
+		case keptPermit:
+			d = r.next()
+		case keptWorker:
+			d = r.linger()
+		default:
 			return
 		}
-		d = r.next()
 	}
 }
 
@@ -97,6 +105,13 @@ func (r *stage) next() *transport.Delivery {
 	}
 	r.mu.Unlock()
 	r.freePermit() // the count stays, now the lingering worker's own
+	return r.linger()
+}
+
+// linger waits workerLinger for the dispatcher to hand a worker that holds
+// no permit, only its worker count, the next delivery. nil means the
+// worker exits; it counts no more.
+func (r *stage) linger() *transport.Delivery {
 	t := time.NewTimer(workerLinger)
 	defer t.Stop()
 	select {
@@ -191,10 +206,10 @@ func (r *stage) remove(i int) *transport.Delivery {
 
 // process runs one delivery through map, gate and delivery, then hands it
 // to its flight. It holds a permit (and counts in workers) until a flight
-// takes them over. It reports whether the permit and the worker count came
-// back to it when the flight ended (see work); otherwise they were freed or
-// went with the flight into a batch.
-func (r *stage) process(d *transport.Delivery) (kept bool) {
+// takes them over. It reports what came back to it when the flight ended
+// (see work): the permit and the worker count, the worker count alone, or
+// nothing (they were freed, or went with the flight into a batch).
+func (r *stage) process(d *transport.Delivery) (k kept) {
 	var f *flight // owns the permit and the worker count once set
 	defer func() {
 		if p := recover(); p != nil {
@@ -244,7 +259,7 @@ func (r *stage) process(d *transport.Delivery) (kept bool) {
 	f = r.newFlight(d, msg)
 	if !r.out.send(msg, r.stop) {
 		f.undelivered()
-		return false
+		return keptNothing
 	}
 	return f.watch(f.wake)
 }

@@ -29,14 +29,20 @@
 // Config.OrderedNack = OrderedNackDeadLetter, a message with an ordering
 // key is dead-lettered on its first nack). For a transport.Sequencer
 // source the dispatcher takes the oldest delivery whose key has nothing in
-// flight instead (sequence.go). A worker goroutine that has settled a
-// delivery takes the next ready one itself, on the same permit, and one
-// that finds none lingers briefly, without a permit, for the dispatcher to
-// hand it the next: a busy stage reuses its workers instead of starting a
-// goroutine per delivery. A message
-// that enters a batching stage ([EnterBatch], [JoinBatch]) frees its permit
-// and its
-// goroutine while the batch holds it: nothing watches it until the stage
+// flight instead (sequence.go).
+//
+// A permit is held while user code holds the message: once it acks or
+// nacks, the settlement moves to a settle slot when one is free (there are
+// Concurrency of them), and the permit goes to the next delivery without
+// waiting for the broker's round trip; with every slot taken, the
+// settlement runs on its permit, so user code waits for the broker instead
+// of outrunning it. A worker goroutine that has settled a delivery on its
+// permit takes the next ready one itself; one that finds none, or settled
+// on a slot, lingers briefly, without a permit, for the dispatcher to hand
+// it the next: a busy stage reuses its workers instead of starting a
+// goroutine per delivery. A message that enters a batching stage
+// ([EnterBatch], [JoinBatch]) frees its permit and its goroutine while the
+// batch holds it: nothing watches it until the stage
 // settles it at the end of its batch, when a goroutine waits for the ack or
 // nack that follows. A batch may hold thousands of messages; a parked
 // goroutine per message would cost more heap than anything but the payload.

@@ -86,7 +86,7 @@ type stage struct {
 	// for the call that settles it (flight.toSlot), so the next delivery
 	// does not wait for the broker's round trip. Cap: Concurrency.
 	settling chan struct{}
-	handoff chan *transport.Delivery // unbuffered: to a lingering worker (work)
+	handoff  chan *transport.Delivery // unbuffered: to a lingering worker (work)
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery

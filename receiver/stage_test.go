@@ -473,10 +473,11 @@ func (s *slowAckSource) Complete(ctx context.Context, d *transport.Delivery) err
 	return s.gateSource.Complete(ctx, d)
 }
 
-// An acked message's settlement moves from its permit to a settle slot, so
-// the next delivery goes to user code while the ack's call is still out;
-// with every slot taken, a settlement keeps its permit, and nothing more is
-// delivered until one ends.
+// An acked message's settlement moves from its permit to a settle slot
+// while deliveries wait for the permit, so the next delivery goes to user
+// code while the ack's call is still out; with every slot taken, a
+// settlement keeps its permit, and nothing more is delivered until one
+// ends; with nothing waiting, it keeps its permit too.
 func TestSettlementFreesThePermit(t *testing.T) {
 	src := &slowAckSource{gateSource: newGateSource(), entered: make(chan string, 3), release: make(chan struct{})}
 	r, out := start(t, src, receiver.Config{Concurrency: 1})
@@ -507,8 +508,17 @@ func TestSettlementFreesThePermit(t *testing.T) {
 		return r.InFlight() == 0 && p == 0 && s == 0
 	})
 	src.mu.Lock()
-	defer src.mu.Unlock()
 	if len(src.done) != 3 {
 		t.Fatalf("completed %v, want a, b and c", src.done)
 	}
+	src.mu.Unlock()
+
+	src.release = make(chan struct{})
+	r.Push([]*transport.Delivery{{ID: "d", Raw: "d"}})
+	recv(t, out).Ack()
+	<-src.entered
+	if p, s := r.Permits(); p != 1 || s != 0 {
+		t.Fatalf("lone ack: permits %d, slots %d; want 1, 0 (nothing waits for the permit)", p, s)
+	}
+	close(src.release)
 }

@@ -166,7 +166,8 @@ type SubscriberConfig struct {
 	// up to this long for the source's next claim statement and is carried
 	// by it (one statement and one transaction for both), then goes alone.
 	// Only dialects whose claim can carry acks (AckRider: PostgreSQL) use
-	// it. An ack holds its concurrency permit while it waits; rows are
+	// it. An ack holds its settle slot (or, with none free, its
+	// concurrency permit) while it waits; rows are
 	// deleted up to AckHold later than they would be. Negative: acks never
 	// wait for a claim. Defaults to DefaultAckHold (50ms). URL: ack_hold.
 	AckHold time.Duration

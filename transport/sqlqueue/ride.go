@@ -21,10 +21,11 @@ import (
 // claim and goes with it; only when no claim comes in time does it go
 // alone, as before.
 //
-// An ack waits only while waiting costs nothing else. It holds its
-// concurrency permit until its statement ends, so it waits only when the
-// source's last claim came back short or empty (the loop is answering
-// wake-ups, not draining a backlog, so permits are plentiful) and no row
+// An ack waits only while waiting costs nothing else. It holds a settle
+// slot (or its concurrency permit, when no slot is free) until its
+// statement ends, so it waits only when the source's last claim came back
+// short or empty (the loop is answering wake-ups, not draining a backlog,
+// so permits and slots are plentiful) and no row
 // this source fetched is waiting in the buffer for a permit (fetched
 // counts those). Otherwise it takes the group-committed Complete path, and
 // a claim statement still takes along whatever acks are waiting.
