@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,6 +157,72 @@ func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll ti
 	stop()
 	<-stopped
 	return left, end.Sub(began), err
+}
+
+// runGoqiteAPI fills the queue as runGoqite does and drains it with
+// goqite's Receive/Delete API: workers goroutines, each receiving with
+// ReceiveAndWait (polling every poll), running the handler and deleting.
+func runGoqiteAPI(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
+	db, err := openOne(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, goqiteSchema); err != nil {
+		return 0, 0, fmt.Errorf("goqite schema: %w", err)
+	}
+	q := goqite.New(goqite.NewOpts{DB: db, Name: topic})
+	for start := 0; start < cfg.Messages; start += batch {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		for i := start; i < min(start+batch, cfg.Messages); i++ {
+			if err := q.SendTx(ctx, tx, goqite.Message{Body: payload(i, cfg.Size)}); err != nil {
+				_ = tx.Rollback()
+				return 0, 0, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, 0, err
+		}
+	}
+	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer closeCount()
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	began := time.Now()
+	for range cfg.Workers {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				m, err := q.ReceiveAndWait(runCtx, poll)
+				if err == nil && m != nil {
+					time.Sleep(cfg.Handler)
+					t.handle(t.index(m.Body))
+					err = q.Delete(context.WithoutCancel(runCtx), m.ID)
+				}
+				if err != nil && runCtx.Err() == nil {
+					errMu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					errMu.Unlock()
+					stop()
+				}
+			}
+		})
+	}
+	left, end, err := waitDrained(runCtx, t, count)
+	stop()
+	wg.Wait()
+	return left, end.Sub(began), errors.Join(firstErr, err)
 }
 
 // drainArgs is the River job: the message index and a padding string that

@@ -22,6 +22,8 @@
 //     handler.
 //   - goqite, goqite-tuned: maragu.dev/goqite's job runner (jobs.Runner,
 //     Limit: workers) at its default poll interval (100 ms), and at 1 ms.
+//     With -only, goqite-api also runs goqite's Receive/Delete API from
+//     workers goroutines polling every 1 ms (slower than the runner here).
 //   - river, river-tuned: River with riversqlite over database/sql (the
 //     modernc.org/sqlite driver Berth uses), MaxWorkers: workers, at River's
 //     defaults, and with FetchCooldown 1 ms and FetchPollInterval 10 ms.
@@ -97,6 +99,11 @@ var contenders = []contender{
 	}},
 	{"goqite-tuned", func(ctx context.Context, cfg config, path string, t *tracker) (int, time.Duration, error) {
 		return runGoqite(ctx, cfg, path, t, time.Millisecond)
+	}},
+	// Not in the default rotation (-only goqite-api): goqite's
+	// Receive/Delete API with workers goroutines polling every 1 ms.
+	{"goqite-api", func(ctx context.Context, cfg config, path string, t *tracker) (int, time.Duration, error) {
+		return runGoqiteAPI(ctx, cfg, path, t, time.Millisecond)
 	}},
 	{"river", func(ctx context.Context, cfg config, path string, t *tracker) (int, time.Duration, error) {
 		return runRiver(ctx, cfg, path, t, false)
@@ -283,13 +290,13 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "bound on one run")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for the database files; default the system temp dir")
 	flag.IntVar(&rounds, "rounds", 3, "rounds; each runs every contender once")
-	flag.StringVar(&only, "only", "", "comma-separated contenders to run (default all: berth,goqite,goqite-tuned,river,river-tuned)")
+	flag.StringVar(&only, "only", "", "comma-separated contenders to run (default berth,goqite,goqite-tuned,river,river-tuned; also goqite-api)")
 	flag.Parse()
 	if cfg.Messages < 1 || cfg.Workers < 1 || rounds < 1 || cfg.Handler < 0 {
 		fmt.Fprintln(os.Stderr, "sqlitedrain: -messages, -workers and -rounds must be ≥ 1, -handler ≥ 0")
 		os.Exit(2)
 	}
-	run := contenders
+	run := slices.DeleteFunc(slices.Clone(contenders), func(c contender) bool { return c.name == "goqite-api" })
 	if only != "" {
 		run = nil
 		for _, c := range contenders {
