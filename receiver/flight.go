@@ -222,11 +222,10 @@ func (f *flight) freePermit() {
 // permit to a free settle slot, so the permit goes to the next delivery
 // while the ack or nack is settled. It does so only while deliveries wait
 // in the buffer for a permit: otherwise no delivery would take the permit
-// sooner, and a light flow keeps the timing it had (moved always, the
-// PostgreSQL steady benchmark's p99, with acks riding on claims, went from
-// 43–47 ms to up to 140 ms). With every slot taken (settlements are slower than user
-// code), the flight settles on its permit: user code then waits for the
-// broker, and deliveries, permits and slots stay bounded. A flight without
+// sooner, and a light flow keeps the timing it had. With every slot taken
+// (settlements are slower than user code), the flight settles on its
+// permit: user code then waits for the broker, and deliveries, permits and
+// slots stay bounded. A flight without
 // a permit (a batch freed it) takes no slot.
 func (f *flight) toSlot() {
 	f.r.mu.Lock()
