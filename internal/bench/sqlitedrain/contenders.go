@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,34 +109,52 @@ end;
 
 create index goqite_queue_priority_created_idx on goqite (queue, priority desc, created);`
 
-// runGoqite fills a goqite queue with jobs.CreateTx and drains it with
-// goqite's job runner (Limit: workers; the runner deletes each message after
-// its job returns). poll 0 is the runner's default poll interval (100 ms).
-func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
+// fillGoqite creates goqite's table in a fresh database at path and sends
+// the backlog with send, batch messages per transaction. The caller closes
+// the database.
+func fillGoqite(ctx context.Context, cfg config, path string, send func(*sql.Tx, *goqite.Queue, goqite.Message) error) (*sql.DB, *goqite.Queue, error) {
 	db, err := openOne(path)
 	if err != nil {
-		return 0, 0, err
+		return nil, nil, err
 	}
-	defer db.Close()
+	fail := func(err error) (*sql.DB, *goqite.Queue, error) {
+		_ = db.Close()
+		return nil, nil, err
+	}
 	if _, err := db.ExecContext(ctx, goqiteSchema); err != nil {
-		return 0, 0, fmt.Errorf("goqite schema: %w", err)
+		return fail(fmt.Errorf("goqite schema: %w", err))
 	}
 	q := goqite.New(goqite.NewOpts{DB: db, Name: topic})
 	for start := 0; start < cfg.Messages; start += batch {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return 0, 0, err
+			return fail(err)
 		}
 		for i := start; i < min(start+batch, cfg.Messages); i++ {
-			if _, err := jobs.CreateTx(ctx, tx, q, "drain", goqite.Message{Body: payload(i, cfg.Size)}); err != nil {
+			if err := send(tx, q, goqite.Message{Body: payload(i, cfg.Size)}); err != nil {
 				_ = tx.Rollback()
-				return 0, 0, err
+				return fail(err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
-			return 0, 0, err
+			return fail(err)
 		}
 	}
+	return db, q, nil
+}
+
+// runGoqite fills a goqite queue with jobs.CreateTx and drains it with
+// goqite's job runner (Limit: workers; the runner deletes each message after
+// its job returns). poll 0 is the runner's default poll interval (100 ms).
+func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
+	db, q, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
+		_, err := jobs.CreateTx(ctx, tx, q, "drain", m)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
 	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
 	if err != nil {
 		return 0, 0, err
@@ -163,30 +182,13 @@ func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll ti
 // goqite's Receive/Delete API: workers goroutines, each receiving with
 // ReceiveAndWait (polling every poll), running the handler and deleting.
 func runGoqiteAPI(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
-	db, err := openOne(path)
+	db, q, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
+		return q.SendTx(ctx, tx, m)
+	})
 	if err != nil {
 		return 0, 0, err
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, goqiteSchema); err != nil {
-		return 0, 0, fmt.Errorf("goqite schema: %w", err)
-	}
-	q := goqite.New(goqite.NewOpts{DB: db, Name: topic})
-	for start := 0; start < cfg.Messages; start += batch {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, 0, err
-		}
-		for i := start; i < min(start+batch, cfg.Messages); i++ {
-			if err := q.SendTx(ctx, tx, goqite.Message{Body: payload(i, cfg.Size)}); err != nil {
-				_ = tx.Rollback()
-				return 0, 0, err
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return 0, 0, err
-		}
-	}
 	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
 	if err != nil {
 		return 0, 0, err
