@@ -109,17 +109,17 @@ end;
 
 create index goqite_queue_priority_created_idx on goqite (queue, priority desc, created);`
 
-// fillGoqite creates goqite's table in a fresh database at path and sends
-// the backlog with send, batch messages per transaction. The caller closes
-// the database.
-func fillGoqite(ctx context.Context, cfg config, path string, send func(*sql.Tx, *goqite.Queue, goqite.Message) error) (*sql.DB, *goqite.Queue, error) {
+// fillGoqite creates goqite's table in a fresh database at path, sends the
+// backlog with send, batch messages per transaction, and returns the queue
+// and the count of its rows; done closes both databases.
+func fillGoqite(ctx context.Context, cfg config, path string, send func(*sql.Tx, *goqite.Queue, goqite.Message) error) (*goqite.Queue, func(context.Context) (int, error), func(), error) {
 	db, err := openOne(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	fail := func(err error) (*sql.DB, *goqite.Queue, error) {
+	fail := func(err error) (*goqite.Queue, func(context.Context) (int, error), func(), error) {
 		_ = db.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if _, err := db.ExecContext(ctx, goqiteSchema); err != nil {
 		return fail(fmt.Errorf("goqite schema: %w", err))
@@ -140,26 +140,25 @@ func fillGoqite(ctx context.Context, cfg config, path string, send func(*sql.Tx,
 			return fail(err)
 		}
 	}
-	return db, q, nil
+	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
+	if err != nil {
+		return fail(err)
+	}
+	return q, count, func() { closeCount(); _ = db.Close() }, nil
 }
 
 // runGoqite fills a goqite queue with jobs.CreateTx and drains it with
 // goqite's job runner (Limit: workers; the runner deletes each message after
 // its job returns). poll 0 is the runner's default poll interval (100 ms).
 func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
-	db, q, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
+	q, count, done, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
 		_, err := jobs.CreateTx(ctx, tx, q, "drain", m)
 		return err
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	defer db.Close()
-	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer closeCount()
+	defer done()
 
 	r := jobs.NewRunner(jobs.NewRunnerOpts{Limit: cfg.Workers, PollInterval: poll, Queue: q})
 	r.Register("drain", func(_ context.Context, m []byte) error {
@@ -182,18 +181,13 @@ func runGoqite(ctx context.Context, cfg config, path string, t *tracker, poll ti
 // goqite's Receive/Delete API: workers goroutines, each receiving with
 // ReceiveAndWait (polling every poll), running the handler and deleting.
 func runGoqiteAPI(ctx context.Context, cfg config, path string, t *tracker, poll time.Duration) (int, time.Duration, error) {
-	db, q, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
+	q, count, done, err := fillGoqite(ctx, cfg, path, func(tx *sql.Tx, q *goqite.Queue, m goqite.Message) error {
 		return q.SendTx(ctx, tx, m)
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	defer db.Close()
-	count, closeCount, err := countRows(path, `SELECT count(*) FROM goqite`)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer closeCount()
+	defer done()
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
