@@ -220,20 +220,16 @@ func (f *flight) freePermit() {
 
 // toSlot moves a flight whose message user code has let go of from its
 // permit to a free settle slot, so the permit goes to the next delivery
-// while the ack or nack is settled. It does so only while deliveries wait
-// in the buffer for a permit: otherwise no delivery would take the permit
-// sooner, and a light flow keeps the timing it had. With every slot taken
-// (settlements are slower than user code), the flight settles on its
-// permit: user code then waits for the broker, and deliveries, permits and
-// slots stay bounded. A flight without
-// a permit (a batch freed it) takes no slot.
+// while the ack or nack is settled. With every slot taken (settlements are
+// slower than user code), the flight settles on its permit: user code then
+// waits for the broker, and deliveries, permits and slots stay bounded. A
+// flight without a permit (a batch freed it) takes no slot.
+//
+// It moves whether or not a delivery waits for the permit: a permit freed at
+// the ack lets the buffer run dry between claims, and the next claim then
+// finds the permits free and claims its rows straight into processing,
+// skipping the lease gate's statement (docs/design-decisions.md).
 func (f *flight) toSlot() {
-	f.r.mu.Lock()
-	waiting := len(f.r.buf) > 0
-	f.r.mu.Unlock()
-	if !waiting {
-		return
-	}
 	select {
 	case f.r.settling <- struct{}{}:
 	default:

@@ -473,11 +473,11 @@ func (s *slowAckSource) Complete(ctx context.Context, d *transport.Delivery) err
 	return s.gateSource.Complete(ctx, d)
 }
 
-// An acked message's settlement moves from its permit to a settle slot
-// while deliveries wait for the permit, so the next delivery goes to user
-// code while the ack's call is still out; with every slot taken, a
-// settlement keeps its permit, and nothing more is delivered until one
-// ends; with nothing waiting, it keeps its permit too.
+// An acked message's settlement moves from its permit to a settle slot, so
+// the next delivery goes to user code while the ack's call is still out;
+// with every slot taken, a settlement keeps its permit, and nothing more is
+// delivered until one ends. A lone ack moves too: its permit is free for
+// the next claim's rows.
 func TestSettlementFreesThePermit(t *testing.T) {
 	src := &slowAckSource{gateSource: newGateSource(), entered: make(chan string, 3), release: make(chan struct{})}
 	r, out := start(t, src, receiver.Config{Concurrency: 1})
@@ -512,13 +512,18 @@ func TestSettlementFreesThePermit(t *testing.T) {
 		t.Fatalf("completed %v, want a, b and c", src.done)
 	}
 	src.mu.Unlock()
+	if id := <-src.entered; id != "c" {
+		t.Fatalf("third ack for %s, want c", id)
+	}
 
 	src.release = make(chan struct{})
 	r.Push([]*transport.Delivery{{ID: "d", Raw: "d"}})
 	recv(t, out).Ack()
-	<-src.entered
-	if p, s := r.Permits(); p != 1 || s != 0 {
-		t.Fatalf("lone ack: permits %d, slots %d; want 1, 0 (nothing waits for the permit)", p, s)
+	if id := <-src.entered; id != "d" {
+		t.Fatalf("lone ack for %s, want d", id)
+	}
+	if p, s := r.Permits(); p != 0 || s != 1 {
+		t.Fatalf("lone ack: permits %d, slots %d; want 0, 1 (the permit is free while it settles)", p, s)
 	}
 	close(src.release)
 }
