@@ -359,7 +359,7 @@ func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetch
 	return st(`WITH done AS (
 	DELETE FROM `+q.Table+` AS x
 	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
-	WHERE x.id = r.id AND x.owner = r.owner AND x.state = 2
+	WHERE x.id = r.id AND x.owner = r.owner AND x.state + 0 = 2
 	RETURNING x.id
 ), `+directChoice(q.Table)+`, u AS (
 `+directUpdate(q.Table)+`)
@@ -375,7 +375,7 @@ func (Dialect) ReleaseDirect(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stm
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL, attempts = greatest(q.attempts - 1, 0)
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners)
 }
 
@@ -400,6 +400,17 @@ func (Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 	return st(b.String(), args...)
 }
 
+// refArrays splits refs into the id and owner arrays the settlement
+// statements (Begin, Complete, Renew, Retry, Release, ReleaseDirect and
+// ClaimComplete's DELETE) join with unnest. Those statements test the
+// row's state as "state + 0", an expression the planner has no statistics
+// for: statistics gathered during a drain (an ANALYZE, by autovacuum or by
+// hand) say almost every row is pending, so a plain "state = 2" looks like
+// one row, and the planner then reads every leased row through the lease
+// index (dead entries included) and joins them in a nested loop, for every
+// settlement. Measured with an ANALYZE early in each drain: 5,800–8,900
+// msg/s instead of ~18,000. With the expression the join goes through the
+// primary key.
 func refArrays(refs []sqlqueue.Ref) (ids, owners []int64) {
 	ids = make([]int64, len(refs))
 	owners = make([]int64, len(refs))
@@ -415,7 +426,7 @@ func (Dialect) Begin(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration)
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond'
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 1
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1
 RETURNING q.id, q.attempts`, ids, owners, sqlqueue.Millis(lease))
 }
 
@@ -424,7 +435,7 @@ func (Dialect) Complete(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(refs)
 	return st(`DELETE FROM `+q.Table+` AS q
 USING unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners)
 }
 
@@ -434,7 +445,7 @@ func (Dialect) Renew(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration)
 	return st(`UPDATE `+q.Table+` AS q
 SET lease_until = now() + $3 * interval '1 millisecond'
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners, sqlqueue.Millis(lease))
 }
 
@@ -449,7 +460,7 @@ func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond'
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, owner, delay_ms)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 2
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners, delays)
 }
 
@@ -459,7 +470,7 @@ func (Dialect) Release(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
-WHERE q.id = r.id AND q.owner = r.owner AND q.state = 1
+WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1
 RETURNING q.id`, ids, owners)
 }
 
