@@ -401,8 +401,9 @@ func (Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 }
 
 // refArrays splits refs into the id and owner arrays the settlement
-// statements (Begin, Complete, Renew, Retry, Release, ReleaseDirect and
-// ClaimComplete's DELETE) join with unnest. Those statements test the
+// statements (Begin, Complete, Renew, Release, ReleaseDirect and
+// ClaimComplete's DELETE; Retry builds its own, with the delays) join with
+// unnest. Those statements test the
 // row's state as "state + 0", an expression the planner has no statistics
 // for: statistics gathered during a drain (an ANALYZE, by autovacuum or by
 // hand) say almost every row is pending, so a plain "state = 2" looks like
@@ -410,7 +411,7 @@ func (Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 // index (dead entries included) and joins them in a nested loop, for every
 // settlement. Measured with an ANALYZE early in each drain: 5,800–8,900
 // msg/s instead of ~18,000. With the expression the join goes through the
-// primary key.
+// primary key (TestSettlementPlansUseThePrimaryKey).
 func refArrays(refs []sqlqueue.Ref) (ids, owners []int64) {
 	ids = make([]int64, len(refs))
 	owners = make([]int64, len(refs))
