@@ -35,6 +35,7 @@ var (
 	_ sqlqueue.DirectDialect          = Dialect{}
 	_ sqlqueue.AckRider               = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
+	_ sqlqueue.StatsDialect           = Dialect{}
 )
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes
@@ -377,6 +378,26 @@ SET state = 0, owner = NULL, lease_until = NULL, attempts = greatest(q.attempts 
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners)
+}
+
+// HasStats implements sqlqueue.StatsDialect: pg_stats (the view readable
+// by whoever may read the table, unlike pg_statistic) has a row for the
+// state column. to_regclass resolves the quoted name as the statements do
+// (a missing table reads as no statistics; ANALYZE then reports it).
+func (Dialect) HasStats(q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`SELECT EXISTS (
+	SELECT 1 FROM pg_stats AS s
+	JOIN pg_class AS c ON c.relname = s.tablename
+	JOIN pg_namespace AS n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
+	WHERE c.oid = to_regclass($1) AND s.attname = 'state')`, q.Table)
+}
+
+// Analyze implements sqlqueue.StatsDialect. ANALYZE takes a SHARE UPDATE
+// EXCLUSIVE lock, which DML does not wait for; it reads a sample of at most
+// 300 × default_statistics_target rows. A role that does not own the table
+// gets a warning, not an error, and no statistics.
+func (Dialect) Analyze(q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`ANALYZE ` + q.Table)
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, a seek of the

@@ -142,6 +142,15 @@
 // and at once under load (then group-committed). Fenced as Complete is
 // (Stats.RiddenAcks counts the acks carried; ride.go).
 //
+// # Planner statistics
+//
+// A dialect implementing StatsDialect (PostgreSQL) plans claims from the
+// queue table's statistics, which a new table lacks until autovacuum's
+// first visit. Without them a claim may sort the whole backlog. Each
+// source checks once, in the background, after its first claim that
+// comes back full, and analyzes a table that has none, once for all the
+// instances that start on it together (Stats.Analyzes; analyze.go).
+//
 // # Idle
 //
 // A source of a Subscriber whose claim came back empty parks: its receive

@@ -58,8 +58,14 @@ type Source struct {
 	// hints turns notifications into the rows they announce.
 	hints hintEstimate
 
+	// statsChecked: the planner-statistics check ran or is running
+	// (analyze.go).
+	statsChecked atomic.Bool
+
 	stopSweep chan struct{}
-	swept     sync.WaitGroup
+	swept     sync.WaitGroup // the sweeper and the statistics check
+	bgMu      sync.Mutex
+	bgClosed  bool // no new background work: Close has begun
 	closeOnce sync.Once
 }
 
@@ -283,6 +289,8 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		}
 	case len(ds) < max:
 		s.short.Store(true)
+	default:
+		s.checkStats()
 	}
 	if len(ds) > 0 && s.idle != nil {
 		s.idle.wake()
@@ -601,6 +609,9 @@ func (s *Source) TakeWakeHint() int { return s.hints.take(int(s.w.hint.Swap(0)))
 func (s *Source) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.bgMu.Lock()
+		s.bgClosed = true
+		s.bgMu.Unlock()
 		close(s.stopSweep)
 		s.unhook()
 		if s.idle != nil {

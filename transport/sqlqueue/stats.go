@@ -14,7 +14,7 @@ type Counters struct {
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
 	published, stray, statementRetries           atomic.Int64
 	probes, probeHits, skippedSweeps             atomic.Int64
-	riddenAcks                                   atomic.Int64
+	riddenAcks, analyzes                         atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -42,7 +42,11 @@ type Stats struct {
 	Inserts     int64 // publish statements
 	Sweeps      int64 // sweeper statements (including its lock)
 	Tx          int64 // BEGIN and COMMIT/ROLLBACK round trips
-	Other       int64 // schema and subscription statements
+	Other       int64 // schema, subscription and statistics statements
+	// Analyzes counts the queue tables this subscriber analyzed because
+	// they had no planner statistics yet (StatsDialect); their statements
+	// count under Other.
+	Analyzes int64
 
 	LeaseLost    int64 // settlements refused because the fence did not match
 	Recovered    int64 // rows the sweeper returned to pending
@@ -90,7 +94,7 @@ func (c *Counters) Snapshot() Stats {
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),
 		LeaseLost: c.leaseLost.Load(), Recovered: c.recovered.Load(), DeadLettered: c.deadLettered.Load(),
 		Stray: c.stray.Load(), Expired: c.expired.Load(), Published: c.published.Load(),
-		StatementRetries: c.statementRetries.Load(),
-		Probes:           c.probes.Load(), ProbeHits: c.probeHits.Load(), SkippedSweeps: c.skippedSweeps.Load(),
+		StatementRetries: c.statementRetries.Load(), Analyzes: c.analyzes.Load(),
+		Probes: c.probes.Load(), ProbeHits: c.probeHits.Load(), SkippedSweeps: c.skippedSweeps.Load(),
 	}
 }

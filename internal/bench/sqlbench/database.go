@@ -37,6 +37,17 @@ type database interface {
 // instancePool for each instance and midWindow; after the last ack, lastAck
 // (the instances are still open); after they have closed, end; finally
 // drop, whatever happened.
+// An analyzer is a dbRun whose planner needs statistics gathered: a drain
+// then starts on tables analyzed once its backlog is in (analyze), as
+// autovacuum leaves the tables of a service, for every strategy alike.
+// Without it every drain ran on tables never analyzed, whose plans come
+// from guesses: on PostgreSQL a claim of 64 rows then sorted the whole
+// backlog (20–180 ms instead of ~2), the first minute of a new table, not
+// a drain (docs/benchmarks.md, "A table with statistics").
+type analyzer interface {
+	analyze(ctx context.Context) error
+}
+
 type dbRun interface {
 	// strategy returns the named strategy, bound to this run's schema.
 	strategy(name string) (strategy, error)

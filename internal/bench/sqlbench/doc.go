@@ -95,6 +95,9 @@
 //     statement recompiled) during the run may take what it had accumulated
 //     with it, so read it as a lower bound. db_cpu_mid_ms_per_msg is the
 //     same over the middle 80% of a drain.
+//   - client_cpu_mid_ms_per_msg: the benchmark process's own CPU time
+//     (user and system: the instances, the handlers and the harness) over
+//     the middle 80% of a drain, per message.
 //   - db_session_cpu_ms_per_msg: cpu_time in sys.dm_exec_sessions (plus
 //     sys.dm_exec_requests for a request still running) of the subscriber
 //     instances' sessions, found by the "app name" the harness gives their

@@ -212,6 +212,7 @@ func addStats(a *sqlqueue.Stats, b sqlqueue.Stats) {
 	a.Sweeps += b.Sweeps
 	a.Tx += b.Tx
 	a.Other += b.Other
+	a.Analyzes += b.Analyzes
 	a.LeaseLost += b.LeaseLost
 	a.Recovered += b.Recovered
 	a.DeadLettered += b.DeadLettered

@@ -140,6 +140,33 @@ func (r *postgresRun) instancePool(maxConns int, ctr *Counter) (*sql.DB, error) 
 	return OpenPool(PoolConfig{URL: r.db.url, Schema: r.schema, MaxConns: maxConns, Counter: ctr})
 }
 
+// analyze implements analyzer: ANALYZE of every table in the run's schema.
+func (r *postgresRun) analyze(ctx context.Context) error {
+	rows, err := r.db.admin.QueryContext(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = $1`, r.schema)
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return err
+		}
+		tables = append(tables, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := r.db.admin.ExecContext(ctx, `ANALYZE `+t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *postgresRun) begin(ctx context.Context) error {
 	if r.db.pgss != nil {
 		if err := r.db.pgss.Reset(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -216,6 +217,11 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 		sent += n
 	}
 
+	if a, ok := run.(analyzer); ok && rc.Backlog > 0 {
+		if err := a.analyze(ctx); err != nil {
+			return res, fmt.Errorf("sqlbench: analyze the backlog: %w", err)
+		}
+	}
 	// The measured window starts here.
 	ctr := NewCounter(st.isReceive)
 	if err := run.begin(ctx); err != nil {
@@ -230,6 +236,11 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 		if mid = run.midWindow(ctx, tr, rc.Backlog/10, rc.Backlog*9/10); mid != nil {
 			defer mid.stop()
 		}
+	}
+	var clientMid *midWindow
+	if rc.Backlog >= 100 && rc.Rate == 0 {
+		clientMid = startMidWindow(processCPU, func(a, b time.Duration) time.Duration { return a - b }, tr, rc.Backlog/10, rc.Backlog*9/10)
+		defer clientMid.stop()
 	}
 	start := time.Now()
 
@@ -425,6 +436,11 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 			m["db_cpu_mid_ms_per_msg"] = v
 		}
 	}
+	if clientMid != nil {
+		if v, ok := clientMid.result(); ok {
+			m["client_cpu_mid_ms_per_msg"] = v
+		}
+	}
 	if rc.Rate > 0 && len(lat) > 0 {
 		slices.Sort(lat)
 		m["p50_ms"] = percentile(lat, 0.50)
@@ -433,8 +449,8 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	}
 	var notes []string
 	if eng.has {
-		notes = append(notes, fmt.Sprintf("engine: claims=%d empty=%d rows=%d started=%d begins=%d completes=%d ridden=%d renews=%d releases=%d sweeps=%d",
-			eng.st.Claims, eng.st.EmptyClaims, eng.st.ClaimedRows, eng.st.StartedRows, eng.st.Begins, eng.st.Completes, eng.st.RiddenAcks, eng.st.Renews, eng.st.Releases, eng.st.Sweeps))
+		notes = append(notes, fmt.Sprintf("engine: claims=%d empty=%d rows=%d started=%d begins=%d completes=%d ridden=%d renews=%d releases=%d sweeps=%d analyzes=%d",
+			eng.st.Claims, eng.st.EmptyClaims, eng.st.ClaimedRows, eng.st.StartedRows, eng.st.Begins, eng.st.Completes, eng.st.RiddenAcks, eng.st.Renews, eng.st.Releases, eng.st.Sweeps, eng.st.Analyzes))
 	}
 	if eng.peeks > 0 {
 		notes = append(notes, fmt.Sprintf("peeks=%d (empty %d)", eng.peeks, eng.emptyPeeks))
@@ -588,6 +604,16 @@ func startMidWindow[S any](sample func() (S, error), since func(after, before S)
 		w.cpu, w.msgs, w.ok = since(s1, s0), n1-n0, true
 	}()
 	return w
+}
+
+// processCPU is this process's CPU time so far (user and system): the
+// instances', the harness's and the handlers' alike.
+func processCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // stop ends the sampling goroutine and waits for it.

@@ -52,7 +52,7 @@ func runBench(b *testing.B, db database, rcs []RunConfig) {
 				last = r
 			}
 			for _, k := range []string{"msg_per_s", "round_trips_per_msg", "statements_per_msg", "pgss_calls_per_msg",
-				"empty_claims_per_msg", "db_cpu_ms_per_msg", "db_cpu_mid_ms_per_msg", "db_session_cpu_ms_per_msg",
+				"empty_claims_per_msg", "db_cpu_ms_per_msg", "db_cpu_mid_ms_per_msg", "client_cpu_mid_ms_per_msg", "db_session_cpu_ms_per_msg",
 				"db_tx_per_msg", "db_write_tx_per_msg", "p50_ms", "p99_ms", "backlog_left"} {
 				if v, ok := last.Metrics[k]; ok {
 					b.ReportMetric(v, k)

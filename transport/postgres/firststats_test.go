@@ -1,0 +1,94 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// A queue table that has never been analyzed with rows in it gets its
+// statistics from the first claim that comes back full: without them the
+// planner takes a fraction of a percent of the rows for pending and may
+// sort the whole backlog for each claim (a burst into a new table drained
+// at a third of its speed until autovacuum's first visit). A second source
+// finds them and analyzes nothing.
+func TestFirstFullClaimGathersStatistics(t *testing.T) {
+	db := openDB(t, 4)
+	src := newSource(t, db, "firststats")
+	q := src.Queue()
+	ctx := context.Background()
+	for _, s := range []string{
+		// Autovacuum would gather them too, at a time of its own.
+		`ALTER TABLE ` + q.Table + ` SET (autovacuum_enabled = false)`,
+		`INSERT INTO ` + q.Table + ` (uuid, headers, body)
+		 SELECT md5(g::text), '{}', convert_to(repeat('x', 60), 'UTF8') FROM generate_series(1, 20000) AS g`,
+	} {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hasStats := func() bool {
+		var has bool
+		st := postgres.Dialect{}.HasStats(q)
+		if err := db.QueryRowContext(ctx, st.SQL, st.Args...).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		return has
+	}
+	if hasStats() {
+		t.Fatal("the new table has statistics before any claim")
+	}
+	t.Logf("claim plan before:\n%s", claimPlan(t, db, q))
+
+	ds, err := src.Claim(ctx, 5) // full: 20,000 rows are due
+	if err != nil || len(ds) != 5 {
+		t.Fatalf("claim: %d rows, %v", len(ds), err)
+	}
+	waitFor(t, 10*time.Second, hasStats)
+	waitFor(t, 10*time.Second, func() bool { return src.Stats().Analyzes == 1 })
+	if plan := claimPlan(t, db, q); strings.Contains(plan, "Sort") || !strings.Contains(plan, "_pending") {
+		t.Errorf("with statistics the claim still sorts instead of walking the pending index:\n%s", plan)
+	}
+
+	other := newSource(t, db, "firststats")
+	if ds, err := other.Claim(ctx, 5); err != nil || len(ds) != 5 {
+		t.Fatalf("second source's claim: %d rows, %v", len(ds), err)
+	}
+	// Its check runs in the background; Close waits for it.
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := other.Stats(); st.Analyzes != 0 || st.Other == 0 {
+		t.Errorf("second source: analyzes %d, other statements %d; want 0 and its check", st.Analyzes, st.Other)
+	}
+}
+
+// claimPlan is EXPLAIN of the claim's choice of rows for 64 rows.
+func claimPlan(t *testing.T, db *sql.DB, q sqlqueue.Queue) string {
+	t.Helper()
+	st := postgres.Dialect{}.Claim(q, 1, 64, time.Minute)
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.Query(`EXPLAIN `+st.SQL, st.Args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
