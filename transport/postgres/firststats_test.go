@@ -71,8 +71,17 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 // claimPlan is EXPLAIN of the claim's choice of rows for 64 rows.
 func claimPlan(t *testing.T, db *sql.DB, q sqlqueue.Queue) string {
 	t.Helper()
-	st := postgres.Dialect{}.Claim(q, 1, 64, time.Minute)
-	tx, err := db.BeginTx(context.Background(), nil)
+	return explain(t, db, postgres.Dialect{}.Claim(q, 1, 64, time.Minute))
+}
+
+// explain returns EXPLAIN of st, run in a transaction on c that is rolled
+// back (EXPLAIN of a data-modifying statement runs nothing, but the
+// transaction keeps it so for certain).
+func explain(t *testing.T, c interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, st sqlqueue.Stmt) string {
+	t.Helper()
+	tx, err := c.BeginTx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +98,9 @@ func claimPlan(t *testing.T, db *sql.DB, q sqlqueue.Queue) string {
 			t.Fatal(err)
 		}
 		b.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return b.String()
 }

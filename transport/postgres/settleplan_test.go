@@ -51,27 +51,9 @@ func TestSettlementPlansUseThePrimaryKey(t *testing.T) {
 	} {
 		// EXPLAIN of the prepared statement: the generic plan, which the
 		// driver's cached statements use after a few executions.
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan strings.Builder
-		rows, err := tx.QueryContext(ctx, `EXPLAIN `+st.SQL, st.Args...)
-		if err != nil {
-			_ = tx.Rollback()
-			t.Fatalf("%s: %v", name, err)
-		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		rows.Close()
-		_ = tx.Rollback()
-		if !strings.Contains(plan.String(), "_pkey") || strings.Contains(plan.String(), "_leased") {
-			t.Errorf("%s: the plan does not join through the primary key:\n%s", name, plan.String())
+		plan := explain(t, conn, st)
+		if !strings.Contains(plan, "_pkey") || strings.Contains(plan, "_leased") {
+			t.Errorf("%s: the plan does not join through the primary key:\n%s", name, plan)
 		}
 	}
 }
