@@ -22,16 +22,12 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 	src := newSource(t, db, "firststats")
 	q := src.Queue()
 	ctx := context.Background()
-	for _, s := range []string{
+	execAll(t, db,
 		// Autovacuum would gather them too, at a time of its own.
-		`ALTER TABLE ` + q.Table + ` SET (autovacuum_enabled = false)`,
-		`INSERT INTO ` + q.Table + ` (uuid, headers, body)
+		`ALTER TABLE `+q.Table+` SET (autovacuum_enabled = false)`,
+		`INSERT INTO `+q.Table+` (uuid, headers, body)
 		 SELECT md5(g::text), '{}', convert_to(repeat('x', 60), 'UTF8') FROM generate_series(1, 20000) AS g`,
-	} {
-		if _, err := db.ExecContext(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	hasStats := func() bool {
 		var has bool
 		st := postgres.Dialect{}.HasStats(q)
@@ -103,4 +99,14 @@ func explain(t *testing.T, c interface {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// execAll runs each statement on db, failing the test at the first error.
+func execAll(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, s := range stmts {
+		if _, err := db.ExecContext(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

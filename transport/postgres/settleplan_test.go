@@ -18,17 +18,13 @@ func TestSettlementPlansUseThePrimaryKey(t *testing.T) {
 	src := newSource(t, db, "settleplan")
 	q := src.Queue()
 	ctx := context.Background()
-	for _, s := range []string{
-		`INSERT INTO ` + q.Table + ` (uuid, headers, body)
+	execAll(t, db,
+		`INSERT INTO `+q.Table+` (uuid, headers, body)
 		 SELECT md5(g::text), '{}', convert_to(repeat('x', 100), 'UTF8') FROM generate_series(1, 20000) AS g`,
-		`UPDATE ` + q.Table + ` SET state = 1, owner = 7, lease_until = now() + interval '1 minute' WHERE id <= 200`,
-		`UPDATE ` + q.Table + ` SET state = 2 WHERE id <= 64`,
-		`ANALYZE ` + q.Table,
-	} {
-		if _, err := db.ExecContext(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+		`UPDATE `+q.Table+` SET state = 1, owner = 7, lease_until = now() + interval '1 minute' WHERE id <= 200`,
+		`UPDATE `+q.Table+` SET state = 2 WHERE id <= 64`,
+		`ANALYZE `+q.Table,
+	)
 	refs := make([]sqlqueue.Ref, 64)
 	for i := range refs {
 		refs[i] = sqlqueue.Ref{ID: int64(i + 1), Owner: 7}
