@@ -205,8 +205,11 @@ func TestWakeLeadershipAcrossPools(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		c := sqlqueue.SubscriberConfig{DB: db}
-		c.Pipeline.EmptyDelay = time.Hour // only wake-ups deliver
+		// Only wake-ups deliver: no empty-delay poll, and no idle probe
+		// (it would find the published rows on the follower's side too,
+		// and wake its source).
+		c := sqlqueue.SubscriberConfig{DB: db, IdleProbeMax: time.Hour}
+		c.Pipeline.EmptyDelay = time.Hour
 		sub, err := postgres.NewSubscriber(c, nil)
 		if err != nil {
 			t.Fatal(err)
