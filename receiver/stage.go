@@ -22,9 +22,9 @@ type pipe interface {
 	Push(ds []*transport.Delivery)
 	// Reserve takes, without waiting, up to n of the concurrency permits
 	// free now, for deliveries a transport.DirectClaimer claims straight
-	// into processing, and returns how many it took. It takes none while
-	// deliveries are buffered: the free permits are theirs. Every
-	// reservation ends with one PushReserved.
+	// into processing, and returns how many it took. It leaves one free
+	// permit per buffered delivery: those are theirs. Every reservation
+	// ends with one PushReserved.
 	Reserve(n int) int
 	// PushReserved hands claimed deliveries to the stage with the permits
 	// Reserve took: each started delivery (at most reserved of them) goes to
@@ -195,11 +195,14 @@ func (r *stage) Push(ds []*transport.Delivery) {
 func (r *stage) Reserve(n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed || r.isStopped() || len(r.buf) > 0 {
+	if r.closed || r.isStopped() {
 		return 0
 	}
 	k := 0
 	for ; k < n; k++ {
+		if len(r.permits)+len(r.buf) >= cap(r.permits) {
+			return k // the free permits left are the buffered rows'
+		}
 		select {
 		case r.permits <- struct{}{}:
 		default:

@@ -459,6 +459,33 @@ func TestStartedDeliveriesSkipTheGate(t *testing.T) {
 	}
 }
 
+// Reserve leaves one free permit per buffered delivery and takes the rest:
+// a delivery waiting in the buffer (here for its key) keeps a permit for
+// when it may go, and a claim made meanwhile still starts its rows at once
+// on the others (before, any buffered delivery made Reserve take none, and
+// every claim after it was buffered and gated in turn).
+func TestReserveLeavesBufferedDeliveriesTheirPermits(t *testing.T) {
+	src := newSeqSource()
+	r, out := start(t, src, receiver.Config{Concurrency: 4})
+	r.Push(deliveries("k-1", "k-2"))
+	first := recv(t, out) // k-1 holds a permit; k-2 waits for its key
+	eventually(t, "k-2 waiting in the buffer", func() bool { return r.Buffered() == 1 && r.InFlight() == 1 })
+	if got := r.Reserve(5); got != 2 {
+		t.Fatalf("Reserve(5) with 4 permits, 1 in flight and 1 delivery buffered = %d, want 2", got)
+	}
+	if got := r.Reserve(1); got != 0 {
+		t.Fatalf("Reserve(1) with only the buffered delivery's permit free = %d, want 0", got)
+	}
+	r.PushReserved(nil, 2)
+	first.Ack()
+	if m := recv(t, out); m.UUID != "k-2" {
+		t.Fatalf("got %s, want k-2 once k-1 settled", m.UUID)
+	} else {
+		m.Ack()
+	}
+	eventually(t, "acks settled", func() bool { return r.InFlight() == 0 })
+}
+
 // slowAckSource is a gateSource whose Complete waits until release is
 // closed, reporting each call on entered.
 type slowAckSource struct {

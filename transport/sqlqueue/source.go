@@ -298,9 +298,13 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	s.e.ctrs.startedRows.Add(int64(started))
 	if direct > 0 {
-		// The loop reserves permits only while nothing is buffered: no
-		// fetched row of an earlier claim waits (a count left over by a
-		// path that settled one without Begin or Release starts over).
+		// The loop reserves a permit only beyond every buffered row, so
+		// few if any fetched rows of earlier claims still wait; the count
+		// starts over (one left over by a path that settled a row without
+		// Begin or Release, a dead-letter of an unmappable row, would
+		// otherwise keep acks from riding for good). Reading low for a
+		// moment only lets an ack wait for a claim (AckHold) while such
+		// rows pass Begin.
 		s.fetched.Store(0)
 	}
 	s.fetched.Add(int64(len(ds) - started))
