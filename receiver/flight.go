@@ -2,6 +2,8 @@ package receiver
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -30,6 +32,8 @@ type flight struct {
 	finish  func(transport.Outcome) // the observer's, or nil
 	wake    chan struct{}           // closed when the message enters a batch
 	acked   bool                    // the ack succeeded (set by the party that took it)
+	ackedAt time.Time               // when an asynchronous ack started (completeAsync)
+	ackDone atomic.Bool             // an asynchronous ack's outcome arrived
 
 	mu      sync.Mutex
 	permit  bool // the concurrency permit is still held
@@ -117,6 +121,10 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 	}
 	switch outcome {
 	case transport.OutcomeAcked:
+		if r.async != nil && wake != nil && f.onSlot() {
+			f.completeAsync()
+			return keptWorker
+		}
 		f.acked = r.complete(f.d, f.msg) == nil
 	case transport.OutcomeNacked:
 		outcome = r.nack(f.d, f.msg, f.tracker.NackReason())
@@ -125,6 +133,47 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		r.retry(f.d, f.msg, 0)
 	}
 	return f.endKeep(outcome, wake != nil)
+}
+
+// onSlot reports whether the flight settles on a settle slot (toSlot moved
+// it there).
+func (f *flight) onSlot() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.slot
+}
+
+// completeAsync acks a flight that settles on a settle slot without its
+// process goroutine waiting for the outcome: that goroutine keeps its
+// worker count (watch reports keptWorker) and goes on to the next
+// delivery, while the flight counts in stage.workers on its own until the
+// source calls ackSettled, which ends it and frees the slot. In a drain on
+// PostgreSQL, each worker parked until its ack's group commit returned.
+func (f *flight) completeAsync() {
+	r := f.r
+	r.workers.Add(1) // the flight's own, until ackSettled ends it
+	ctx, cancel := r.callCtx()
+	defer cancel()
+	f.ackedAt = time.Now()
+	if p := guard.Call(func() { r.async.CompleteAsync(ctx, f.d, f.ackSettled) }); p != nil {
+		r.recordFault("ack", p)
+		f.ackSettled(p) // unless the source called it before it panicked
+	}
+}
+
+// ackSettled receives an asynchronous ack's outcome (completeAsync); only
+// its first call counts.
+func (f *flight) ackSettled(err error) {
+	if !f.ackDone.CompareAndSwap(false, true) {
+		return
+	}
+	r := f.r
+	r.settled(transport.SettleAck, f.msg, 1, f.ackedAt, err)
+	if err != nil {
+		r.logError("ack failed; the message may be redelivered", err, watermill.LogFields{"id": f.d.ID})
+	}
+	f.acked = err == nil
+	f.end(transport.OutcomeAcked)
 }
 
 // undelivered hands back a flight user code never saw (the stage stopped

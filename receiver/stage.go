@@ -70,8 +70,9 @@ type stageParams struct {
 // renew.go (lease renewal), close.go (closing and handing back).
 type stage struct {
 	src      transport.Source
-	renewer  transport.Renewer   // nil when the source has no leases to renew
-	seq      transport.Sequencer // nil when the source needs no sequenced dispatch
+	renewer  transport.Renewer        // nil when the source has no leases to renew
+	seq      transport.Sequencer      // nil when the source needs no sequenced dispatch
+	async    transport.AsyncCompleter // nil when the source acks synchronously only
 	cfg      Config
 	out      *outbox
 	base     context.Context
@@ -158,6 +159,7 @@ func newStage(p stageParams) (pipe, error) {
 	if sq, ok := p.Source.(transport.Sequencer); ok {
 		r.seq, r.busy = sq, map[string]struct{}{}
 	}
+	r.async, _ = p.Source.(transport.AsyncCompleter)
 	if rn, ok := p.Source.(transport.Renewer); ok && rn.RenewInterval() > 0 {
 		r.renewer = rn
 	}

@@ -554,3 +554,101 @@ func TestSettlementFreesThePermit(t *testing.T) {
 	}
 	close(src.release)
 }
+
+// asyncAckSource is a gateSource that also acks asynchronously: each
+// CompleteAsync call is kept until the test calls its done. A delivery
+// with ID "panic" makes CompleteAsync panic.
+type asyncAckSource struct {
+	*gateSource
+	async chan asyncAck
+	sync  chan string // Complete calls
+}
+
+type asyncAck struct {
+	id   string
+	done func(error)
+}
+
+func (s *asyncAckSource) CompleteAsync(_ context.Context, d *transport.Delivery, done func(error)) {
+	if d.ID == "panic" {
+		panic("CompleteAsync")
+	}
+	s.async <- asyncAck{id: d.ID, done: done}
+}
+
+func (s *asyncAckSource) Complete(ctx context.Context, d *transport.Delivery) error {
+	s.sync <- d.ID
+	return s.gateSource.Complete(ctx, d)
+}
+
+// An ack on a settle slot goes to an AsyncCompleter without the worker
+// waiting for it: the next delivery is processed while the outcome is out,
+// the slot stays taken, the observer hears of the outcome only once it
+// came, and Close waits for it. An ack that settles on its permit (no slot
+// free) calls Complete as before.
+func TestAsyncAckFreesTheWorker(t *testing.T) {
+	src := &asyncAckSource{gateSource: newGateSource(), async: make(chan asyncAck, 4), sync: make(chan string, 4)}
+	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}}
+	r, out := start(t, src, receiver.Config{Concurrency: 1, Observer: obs, CloseGrace: 100 * time.Millisecond})
+	r.Push([]*transport.Delivery{{ID: "a", Raw: "a"}, {ID: "b", Raw: "b"}})
+	recv(t, out).Ack()
+	var a asyncAck
+	select {
+	case a = <-src.async:
+	case id := <-src.sync:
+		t.Fatalf("ack of %s went to Complete, want CompleteAsync", id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ack")
+	}
+	if a.id != "a" {
+		t.Fatalf("async ack for %s, want a", a.id)
+	}
+	b := recv(t, out) // delivered while a's outcome is out
+	if p, s := r.Permits(); p != 1 || s != 1 {
+		t.Fatalf("permits %d, slots %d; want 1, 1", p, s)
+	}
+	obs.mu.Lock()
+	_, early := obs.outcomes["a"]
+	obs.mu.Unlock()
+	if early {
+		t.Fatal("a's outcome reported before its ack came back")
+	}
+	b.Ack() // the one slot is a's: b settles on its permit, synchronously
+	if id := <-src.sync; id != "b" {
+		t.Fatalf("sync ack for %s, want b", id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close(ctx) }()
+	if err := <-closed; err == nil {
+		t.Fatal("Close returned nil while an ack's outcome was still out")
+	}
+	a.done(nil)
+	a.done(errors.New("a second call is ignored"))
+	eventually(t, "a's settlement done", func() bool {
+		_, s := r.Permits()
+		return s == 0 && r.InFlight() == 0
+	})
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.outcomes["a"] != transport.OutcomeAcked || obs.outcomes["b"] != transport.OutcomeAcked {
+		t.Fatalf("outcomes %v, want a and b acked", obs.outcomes)
+	}
+}
+
+// A panicking CompleteAsync faults the stage and ends the flight: its slot
+// is freed and Close does not wait for an outcome that will never come.
+func TestAsyncAckPanicEndsTheFlight(t *testing.T) {
+	src := &asyncAckSource{gateSource: newGateSource(), async: make(chan asyncAck, 1), sync: make(chan string, 1)}
+	r, out := start(t, src, receiver.Config{Concurrency: 1})
+	r.Push([]*transport.Delivery{{ID: "panic", Raw: "x"}})
+	recv(t, out).Ack()
+	eventually(t, "the stage faulted", func() bool { return r.Fault() != nil })
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, s := r.Permits(); s != 0 || r.InFlight() != 0 {
+		t.Fatalf("slots %d, in flight %d after Close; want 0, 0", s, r.InFlight())
+	}
+}

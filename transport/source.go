@@ -107,6 +107,19 @@ type DirectClaimer interface {
 	ClaimDirect(ctx context.Context, max, direct int) ([]*Delivery, error)
 }
 
+// An AsyncCompleter is a Source whose ack can be started without its caller
+// waiting for the outcome: a source that group-commits acks (one DELETE for
+// many) would otherwise park one goroutine per ack until its batch's
+// statement returns. The pipeline uses it for an ack whose permit has
+// already gone to the next delivery (it settles on a settle slot); the
+// goroutine that processed the message goes on to the next one at once.
+type AsyncCompleter interface {
+	// CompleteAsync is Complete with the outcome handed to done, called
+	// exactly once: on a goroutine of the source's choosing, possibly the
+	// caller's before CompleteAsync returns. done is quick and never blocks.
+	CompleteAsync(ctx context.Context, d *Delivery, done func(error))
+}
+
 // ClaimSizer is implemented by sources whose Claim returns at most a fixed
 // number of deliveries per call (SQS: 10). The receive loop then launches a
 // wave of concurrent Claims, one per probe. Sources without it (SQL) claim a

@@ -58,6 +58,7 @@ type Coalescer[T any] struct {
 
 type waiter[T any] struct {
 	item    T
+	cb      func(error)   // DoAsync's: called with the outcome instead of done
 	done    chan error    // buffered 1: the item's outcome
 	lead    chan struct{} // buffered 1: lead the next flush
 	leading bool          // guarded by mu
@@ -130,7 +131,7 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 		w.leading = true
 		c.mu.Unlock()
 		c.lingerFor()
-		c.run(ctx)
+		c.lead(ctx)
 	} else {
 		signal := c.lingering
 		c.mu.Unlock()
@@ -148,7 +149,7 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 			c.putWaiter(w)
 			return err
 		case <-w.lead:
-			c.run(ctx)
+			c.lead(ctx)
 		case <-cancelled:
 			c.mu.Lock()
 			if !w.leading {
@@ -166,6 +167,61 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 			cancelled = nil
 		}
 	}
+}
+
+// DoAsync submits item and returns without waiting for its outcome, which
+// goes to done, called exactly once: by the goroutine that flushes the item
+// (the caller's own, before DoAsync returns, when the coalescer was idle;
+// another caller's otherwise), or at once with ErrClosed after Close. done
+// runs on the flushing goroutine before the next flush starts, so it must
+// be quick; a panic in it is recovered and ignored. The item is never
+// withdrawn: ctx only carries values to the flush.
+//
+// An asynchronous item frees its caller while its flush runs: in a drain
+// that acks every message, a caller parked per ack until its group commit
+// returned was a goroutine switch and a select per message. Under the
+// leader policy, the caller that leads a flush goes on leading while the
+// next queued item is an asynchronous one, since nobody waits to take the
+// lead; under the timer policy, DoAsync waits for the outcome on a
+// goroutine of its own.
+func (c *Coalescer[T]) DoAsync(ctx context.Context, item T, done func(error)) {
+	if c.timed != nil {
+		go func() { callBack(done, c.doTimed(ctx, item)) }()
+		return
+	}
+	w := c.newWaiter(item)
+	w.cb = done
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.putWaiter(w)
+		callBack(done, ErrClosed)
+		return
+	}
+	c.queue = append(c.queue, w)
+	if c.busy {
+		signal := c.lingering
+		c.mu.Unlock()
+		if signal {
+			select {
+			case c.arrived <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	c.busy = true
+	c.idle = make(chan struct{})
+	w.leading = true
+	c.mu.Unlock()
+	c.lingerFor()
+	c.lead(ctx)
+}
+
+// callBack calls done with err; a panic in done is ignored.
+func callBack(done func(error), err error) {
+	defer func() { _ = recover() }()
+	done(err)
 }
 
 // newWaiter returns a waiter for item, recycled when one is free. A waiter
@@ -186,7 +242,7 @@ func (c *Coalescer[T]) newWaiter(item T) *waiter[T] {
 
 func (c *Coalescer[T]) putWaiter(w *waiter[T]) {
 	var zero T
-	w.item, w.leading = zero, false
+	w.item, w.cb, w.leading = zero, nil, false
 	c.waiters.Put(w)
 }
 
@@ -241,9 +297,18 @@ func (c *Coalescer[T]) lingerFor() {
 	}
 }
 
+// lead runs flushes for as long as the caller leads: until the queue is
+// empty, or its head is a Do caller, which is handed the lead.
+func (c *Coalescer[T]) lead(ctx context.Context) {
+	for c.run(ctx) {
+	}
+}
+
 // run flushes one batch from the head of the queue, delivers the outcomes,
-// and hands leadership to the next queued caller, if any.
-func (c *Coalescer[T]) run(ctx context.Context) {
+// and hands leadership to the next queued caller, if any. It reports true
+// when the next queued item is a DoAsync one: its caller does not wait,
+// so the goroutine that ran this flush leads the next.
+func (c *Coalescer[T]) run(ctx context.Context) bool {
 	c.mu.Lock()
 	n := min(len(c.queue), c.maxBatch)
 	batch := make([]*waiter[T], n)
@@ -255,23 +320,28 @@ func (c *Coalescer[T]) run(ctx context.Context) {
 	for i, w := range batch {
 		items[i] = w.item
 	}
-	deliver(batch, c.safeFlush(context.WithoutCancel(ctx), items))
+	c.deliver(batch, c.safeFlush(context.WithoutCancel(ctx), items))
 
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		c.busy = false
 		close(c.idle)
-	} else {
-		next := c.queue[0]
-		next.leading = true
-		next.lead <- struct{}{}
+		return false
 	}
-	c.mu.Unlock()
+	next := c.queue[0]
+	next.leading = true
+	if next.cb != nil {
+		return true
+	}
+	next.lead <- struct{}{}
+	return false
 }
 
 // deliver hands each waiter of batch its outcome from errs: nil (all
-// succeeded), one error per item, or one error for all.
-func deliver[T any](batch []*waiter[T], errs []error) {
+// succeeded), one error per item, or one error for all. A DoAsync waiter's
+// callback is called, and the waiter recycled.
+func (c *Coalescer[T]) deliver(batch []*waiter[T], errs []error) {
 	for i, w := range batch {
 		var err error
 		switch {
@@ -279,6 +349,11 @@ func deliver[T any](batch []*waiter[T], errs []error) {
 			err = errs[i]
 		case len(errs) != 0:
 			err = errs[0]
+		}
+		if cb := w.cb; cb != nil {
+			c.putWaiter(w)
+			callBack(cb, err)
+			continue
 		}
 		w.done <- err
 	}

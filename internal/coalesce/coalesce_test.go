@@ -269,3 +269,134 @@ func TestOutcomesStayWithTheirItems(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// DoAsync on an idle coalescer flushes on the caller's goroutine before it
+// returns; while a flush is in flight, asynchronous items queue, their
+// callers return at once, and the leader flushes them next, each callback
+// getting its own item's outcome, exactly once.
+func TestDoAsyncQueuesAndTheLeaderFlushes(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]int
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		mu.Lock()
+		batches = append(batches, append([]int(nil), items...))
+		first := len(batches) == 1
+		mu.Unlock()
+		if first {
+			close(entered)
+			<-release
+		}
+		errs := make([]error, len(items))
+		for i, it := range items {
+			if it%2 == 1 {
+				errs[i] = fmt.Errorf("odd %d", it)
+			}
+		}
+		return errs
+	}, 10)
+	outcomes := make(chan [2]any, 10)
+	done := func(it int) func(error) {
+		return func(err error) { outcomes <- [2]any{it, err} }
+	}
+	leaderDone := make(chan struct{})
+	go func() {
+		defer close(leaderDone)
+		c.DoAsync(context.Background(), 0, done(0)) // idle: leads, blocks in the first flush
+	}()
+	<-entered
+	for i := 1; i <= 4; i++ {
+		c.DoAsync(context.Background(), i, done(i)) // returns at once: a flush is in flight
+	}
+	select {
+	case <-leaderDone:
+		t.Fatal("the leader returned while its flush was blocked")
+	default:
+	}
+	close(release)
+	<-leaderDone // it led the queued items' flush too
+	got := map[int]error{}
+	for range 5 {
+		o := <-outcomes
+		it := o[0].(int)
+		if _, dup := got[it]; dup {
+			t.Fatalf("item %d called back twice", it)
+		}
+		err, _ := o[1].(error)
+		got[it] = err
+	}
+	for it, err := range got {
+		if (it%2 == 1) != (err != nil) {
+			t.Errorf("item %d: err = %v", it, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batches) != 2 || len(batches[1]) != 4 {
+		t.Fatalf("batches = %v, want [[0] [1 2 3 4]]", batches)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	c.DoAsync(context.Background(), 9, func(err error) { called <- err })
+	if err := <-called; !errors.Is(err, coalesce.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A Do caller queued behind asynchronous items is handed the lead when its
+// item heads the queue; asynchronous items behind it are flushed by it.
+// A panicking callback is ignored.
+func TestDoAsyncMixedWithDo(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var flushes atomic.Int32
+	c := coalesce.New(func(_ context.Context, items []int) []error {
+		if flushes.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}, 1) // one item per flush: the queue's order decides who leads
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.DoAsync(context.Background(), 0, func(error) { panic("callback") })
+	}()
+	<-entered
+	var asyncDone sync.WaitGroup
+	asyncDone.Add(2)
+	c.DoAsync(context.Background(), 1, func(error) { asyncDone.Done() })
+	syncErr := make(chan error, 1)
+	go func() { syncErr <- c.Do(context.Background(), 2) }()
+	waitFor(t, func() bool { return c.Queued() == 2 })
+	c.DoAsync(context.Background(), 3, func(error) { asyncDone.Done() })
+	close(release)
+	if err := <-syncErr; err != nil {
+		t.Fatal(err)
+	}
+	asyncDone.Wait()
+	wg.Wait()
+	if n := flushes.Load(); n != 4 {
+		t.Fatalf("flushes = %d, want 4", n)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after ten seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -81,7 +81,7 @@ func (c *Coalescer[T]) dispatchLocked() {
 		for i, w := range batch {
 			items[i] = w.item
 		}
-		deliver(batch, c.safeFlush(t.ctx, items))
+		c.deliver(batch, c.safeFlush(t.ctx, items))
 	})
 }
 

@@ -453,6 +453,20 @@ func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
 	return s.settleErr("complete", d, s.complete.Do(ctx, d))
 }
 
+// CompleteAsync implements transport.AsyncCompleter: Complete's group
+// commit, with done called by the goroutine that runs the batch's DELETE.
+// An ack that rides the next claim (light flow) waits for it on the
+// caller's goroutine, as Complete does.
+func (s *Source) CompleteAsync(ctx context.Context, d *transport.Delivery, done func(error)) {
+	if s.holdable() {
+		if err, ok := s.rider.ride(ctx, d); ok {
+			done(err)
+			return
+		}
+	}
+	s.complete.DoAsync(ctx, d, func(err error) { done(s.settleErr("complete", d, err)) })
+}
+
 // settleRiders hands the acks a claim statement carried their outcomes:
 // nil for the rows it deleted, ErrLeaseLost for the others, or the
 // statement's error.
