@@ -74,15 +74,38 @@ func (r *stage) startWorker(d *transport.Delivery) {
 // with the delivery's permit (to a flight that enters a batch, say, and
 // then the worker exits); while it lingers, it is the worker's own.
 func (r *stage) work(d *transport.Delivery) {
+	var t lingerTimer
+	defer t.stop()
 	for d != nil {
 		switch r.process(d) {
 		case keptPermit:
-			d = r.next()
+			d = r.next(&t)
 		case keptWorker:
-			d = r.linger()
+			d = r.linger(&t)
 		default:
 			return
 		}
+	}
+}
+
+// A lingerTimer is a worker's linger timer, made at its first linger and
+// reused: a timer made per linger (about one per message in a drain, as
+// each ack frees its permit) was a twentieth of the receiver's CPU.
+type lingerTimer struct{ t *time.Timer }
+
+// start arms the timer for workerLinger and returns its channel.
+func (l *lingerTimer) start() <-chan time.Time {
+	if l.t == nil {
+		l.t = time.NewTimer(workerLinger)
+	} else {
+		l.t.Reset(workerLinger)
+	}
+	return l.t.C
+}
+
+func (l *lingerTimer) stop() {
+	if l.t != nil {
+		l.t.Stop()
 	}
 }
 
@@ -90,7 +113,7 @@ func (r *stage) work(d *transport.Delivery) {
 // permit and a worker count: the buffered one ready next, taken on that
 // permit, or else one the dispatcher hands over while the worker lingers
 // without its permit. nil means the worker exits; it counts no more.
-func (r *stage) next() *transport.Delivery {
+func (r *stage) next(t *lingerTimer) *transport.Delivery {
 	r.mu.Lock()
 	i := -1
 	if !r.isStopped() {
@@ -105,19 +128,18 @@ func (r *stage) next() *transport.Delivery {
 	}
 	r.mu.Unlock()
 	r.freePermit() // the count stays, now the lingering worker's own
-	return r.linger()
+	return r.linger(t)
 }
 
 // linger waits workerLinger for the dispatcher to hand a worker that holds
 // no permit, only its worker count, the next delivery. nil means the
 // worker exits; it counts no more.
-func (r *stage) linger() *transport.Delivery {
-	t := time.NewTimer(workerLinger)
-	defer t.Stop()
+func (r *stage) linger(t *lingerTimer) *transport.Delivery {
 	select {
 	case d := <-r.handoff:
+		t.stop()
 		return d
-	case <-t.C:
+	case <-t.start():
 	case <-r.stop:
 	}
 	r.workers.Done()
