@@ -40,7 +40,7 @@ func hasOrderingKey(headers []byte) bool { return bytes.Contains(headers, orderi
 // processes find the row at their next poll or probe.
 func (s *Source) unblocked(ds ...*transport.Delivery) {
 	for _, d := range ds {
-		if h, _ := d.Handle.(handle); h.keyed {
+		if handleOf(d).keyed {
 			localWake.notify(wakeKey{s.e.db, s.q.Name})
 			return
 		}

@@ -93,6 +93,16 @@ type rawRow struct {
 	body    []byte
 }
 
+// A claimedRow is a claimed row's delivery and its handle (Delivery.Handle
+// points to h) in one allocation; its buffers (Delivery.Raw) are one of
+// their own, dropped once mapped. Made separately, with the scan's
+// destinations made per row too, they were nine allocations per row and
+// a tenth of a PostgreSQL drain's allocations.
+type claimedRow struct {
+	d transport.Delivery
+	h handle
+}
+
 type retryItem struct {
 	d     *transport.Delivery
 	delay time.Duration
@@ -227,22 +237,23 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	}
 	started := 0
 	acked := map[int64]bool{}
+	// The scan's destinations, made once per claim (the driver copies each
+	// row's bytes out of its buffers).
+	var (
+		id              int64
+		uuid            string
+		headers, body   []byte
+		attempts, state int
+	)
+	dest := []any{&id, &uuid, &headers, &body, &attempts}
+	if direct > 0 || len(riders) > 0 {
+		dest = append(dest, &state)
+	}
 	err := s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
 		ds, started = nil, 0
 		clear(acked)
 		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
-			var (
-				id       int64
-				uuid     string
-				headers  []byte
-				body     []byte
-				attempts int
-				state    int
-			)
-			dest := []any{&id, &uuid, &headers, &body, &attempts}
-			if direct > 0 || len(riders) > 0 {
-				dest = append(dest, &state)
-			}
+			state = 0
 			if err := r.Scan(dest...); err != nil {
 				return err
 			}
@@ -256,13 +267,15 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			if begun {
 				started++
 			}
-			ds = append(ds, &transport.Delivery{
+			row := &claimedRow{h: handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers), started: begun}}
+			row.d = transport.Delivery{
 				ID:      strconv.FormatInt(id, 10),
 				Attempt: attempts,
-				Handle:  handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers), started: begun},
+				Handle:  &row.h,
 				Raw:     &rawRow{uuid: uuid, headers: headers, body: body},
 				Started: begun,
-			})
+			}
+			ds = append(ds, &row.d)
 			return nil
 		})
 	})
@@ -326,9 +339,15 @@ func compareID(a, b *transport.Delivery) int {
 	return 0
 }
 
-func refOf(d *transport.Delivery) Ref {
-	h, _ := d.Handle.(handle)
-	return h.ref
+func refOf(d *transport.Delivery) Ref { return handleOf(d).ref }
+
+// handleOf returns d's handle; the zero handle for a delivery of another
+// source.
+func handleOf(d *transport.Delivery) handle {
+	if h, ok := d.Handle.(*handle); ok {
+		return *h
+	}
+	return handle{}
 }
 
 // Map implements transport.Source: the headers column is a JSON object of
@@ -536,7 +555,7 @@ func (s *Source) Release(ctx context.Context, ds []*transport.Delivery) error {
 	defer localWake.notify(wakeKey{s.e.db, s.q.Name})
 	var fetched, started []*transport.Delivery
 	for _, d := range ds {
-		if h, _ := d.Handle.(handle); h.started {
+		if handleOf(d).started {
 			started = append(started, d)
 		} else {
 			fetched = append(fetched, d)
