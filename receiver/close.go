@@ -35,7 +35,7 @@ func (r *stage) Close(ctx context.Context) error {
 		r.mu.Lock()
 		r.closed = true
 		r.mu.Unlock()
-		r.stopOnce.Do(func() { close(r.stop) })
+		r.halt()
 		_ = r.ReleaseBuffered(ctx)
 		if err := wait.Group(ctx, &r.workers); err != nil {
 			r.closeErr = r.giveUp(ctx, err)

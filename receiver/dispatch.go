@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -38,22 +37,14 @@ func (r *stage) dispatch() {
 	}
 }
 
-// workerLinger is how long a worker that found nothing to take waits for
-// the dispatcher to hand it a delivery before it exits. It spans the gap
-// between a buffer running dry and the next claim's rows (a few
-// milliseconds on PostgreSQL), so that the workers of a busy stage are
-// reused rather than started again; an idle stage keeps none for longer.
-const workerLinger = 50 * time.Millisecond
-
 // startWorker processes d, which holds a permit, on a lingering worker if
 // one waits, else on a new one.
 func (r *stage) startWorker(d *transport.Delivery) {
-	select {
-	case r.handoff <- d: // the worker's own count now stands for d
-	default:
-		r.workers.Add(1)
-		go r.work(d)
+	if r.idle.hand(d) { // the worker's own count now stands for d
+		return
 	}
+	r.workers.Add(1)
+	go r.work(d)
 }
 
 // work processes d and then, on the same permit, each delivery ready in
@@ -66,46 +57,25 @@ func (r *stage) startWorker(d *transport.Delivery) {
 // PostgreSQL drain, stack growth and goroutine starts were a fifth of the
 // receiver's CPU).
 //
-// A worker whose delivery settled on a settle slot (its permit went to the
+// A worker whose delivery settles on a settle slot (its permit went to the
 // next delivery when user code let go of the message) lingers the same way
-// once the settlement is done.
+// once the settlement is done, or at once when the source acks
+// asynchronously (flight.completeAsync).
 //
 // A worker counts once in r.workers. While it processes, that count goes
 // with the delivery's permit (to a flight that enters a batch, say, and
 // then the worker exits); while it lingers, it is the worker's own.
 func (r *stage) work(d *transport.Delivery) {
-	var t lingerTimer
-	defer t.stop()
+	var m *mailbox // made at the worker's first linger
 	for d != nil {
 		switch r.process(d) {
 		case keptPermit:
-			d = r.next(&t)
+			d = r.next(&m)
 		case keptWorker:
-			d = r.linger(&t)
+			d = r.linger(&m)
 		default:
 			return
 		}
-	}
-}
-
-// A lingerTimer is a worker's linger timer, made at its first linger and
-// reused: a timer made per linger (about one per message in a drain, as
-// each ack frees its permit) was a twentieth of the receiver's CPU.
-type lingerTimer struct{ t *time.Timer }
-
-// start arms the timer for workerLinger and returns its channel.
-func (l *lingerTimer) start() <-chan time.Time {
-	if l.t == nil {
-		l.t = time.NewTimer(workerLinger)
-	} else {
-		l.t.Reset(workerLinger)
-	}
-	return l.t.C
-}
-
-func (l *lingerTimer) stop() {
-	if l.t != nil {
-		l.t.Stop()
 	}
 }
 
@@ -113,7 +83,7 @@ func (l *lingerTimer) stop() {
 // permit and a worker count: the buffered one ready next, taken on that
 // permit, or else one the dispatcher hands over while the worker lingers
 // without its permit. nil means the worker exits; it counts no more.
-func (r *stage) next(t *lingerTimer) *transport.Delivery {
+func (r *stage) next(m **mailbox) *transport.Delivery {
 	r.mu.Lock()
 	i := -1
 	if !r.isStopped() {
@@ -128,19 +98,19 @@ func (r *stage) next(t *lingerTimer) *transport.Delivery {
 	}
 	r.mu.Unlock()
 	r.freePermit() // the count stays, now the lingering worker's own
-	return r.linger(t)
+	return r.linger(m)
 }
 
-// linger waits workerLinger for the dispatcher to hand a worker that holds
-// no permit, only its worker count, the next delivery. nil means the
-// worker exits; it counts no more.
-func (r *stage) linger(t *lingerTimer) *transport.Delivery {
-	select {
-	case d := <-r.handoff:
-		t.stop()
+// linger waits, with the worker's mailbox (made at its first linger), for
+// the dispatcher to hand a worker that holds no permit, only its worker
+// count, the next delivery (idleWorkers). nil means the worker exits; it
+// counts no more.
+func (r *stage) linger(m **mailbox) *transport.Delivery {
+	if *m == nil {
+		*m = newMailbox()
+	}
+	if d := r.idle.wait(*m); d != nil {
 		return d
-	case <-t.start():
-	case <-r.stop:
 	}
 	r.workers.Done()
 	return nil

@@ -87,7 +87,7 @@ type stage struct {
 	// for the call that settles it (flight.toSlot), so the next delivery
 	// does not wait for the broker's round trip. Cap: Concurrency.
 	settling chan struct{}
-	handoff  chan *transport.Delivery // unbuffered: to a lingering worker (work)
+	idle     idleWorkers // lingering workers (work)
 
 	mu      sync.Mutex
 	buf     []*transport.Delivery
@@ -147,7 +147,6 @@ func newStage(p stageParams) (pipe, error) {
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),
 		settling:  make(chan struct{}, cfg.Concurrency),
-		handoff:   make(chan *transport.Delivery),
 		holding:   map[*transport.Delivery]*flight{},
 		avail:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
@@ -247,10 +246,9 @@ func (r *stage) PushReserved(ds []*transport.Delivery, reserved int) {
 	for _, d := range ds {
 		if d.Started && n < started {
 			n++
-			select {
-			case r.handoff <- d: // a lingering worker's own count stands for d
+			if r.idle.hand(d) { // a lingering worker's own count stands for d
 				r.workers.Done()
-			default:
+			} else {
 				go r.work(d)
 			}
 			continue
@@ -311,6 +309,14 @@ func (r *stage) isStopped() bool {
 	}
 }
 
+// halt closes stop (once) and ends the lingering workers.
+func (r *stage) halt() {
+	r.stopOnce.Do(func() {
+		close(r.stop)
+		r.idle.close()
+	})
+}
+
 func (r *stage) isFaulted() bool { return r.fault.Load() != nil }
 
 func (r *stage) changed() {
@@ -335,7 +341,7 @@ func (r *stage) markFaulted(stage string, cause error) bool {
 	if !r.fault.CompareAndSwap(nil, f) {
 		return false
 	}
-	r.stopOnce.Do(func() { close(r.stop) })
+	r.halt()
 	r.changed()
 	r.observe(func(o transport.Observer) { o.Faulted(r.name, f) })
 	return true
