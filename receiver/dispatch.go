@@ -49,7 +49,7 @@ func (r *stage) startWorker(d *transport.Delivery) {
 
 // work processes d and then, on the same permit, each delivery ready in
 // the buffer when the one before is settled. When none is, it frees the
-// permit and lingers (workerLinger) for the dispatcher to hand it the next
+// permit and lingers (idleWorkers) for the dispatcher to hand it the next
 // delivery. A permit thus goes from one delivery to the next without a
 // hand-off to the dispatcher while the buffer has work, and a goroutine
 // serves many deliveries: a new one per delivery started small and grew
