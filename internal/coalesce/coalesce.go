@@ -118,29 +118,8 @@ func (c *Coalescer[T]) Do(ctx context.Context, item T) error {
 		return c.doTimed(ctx, item)
 	}
 	w := c.newWaiter(item)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		c.putWaiter(w)
-		return ErrClosed
-	}
-	c.queue = append(c.queue, w)
-	if !c.busy {
-		c.busy = true
-		c.idle = make(chan struct{})
-		w.leading = true
-		c.mu.Unlock()
-		c.lingerFor()
-		c.lead(ctx)
-	} else {
-		signal := c.lingering
-		c.mu.Unlock()
-		if signal {
-			select {
-			case c.arrived <- struct{}{}:
-			default:
-			}
-		}
+	if err := c.submit(ctx, w); err != nil {
+		return err
 	}
 	cancelled := ctx.Done()
 	for {
@@ -191,12 +170,20 @@ func (c *Coalescer[T]) DoAsync(ctx context.Context, item T, done func(error)) {
 	}
 	w := c.newWaiter(item)
 	w.cb = done
+	if err := c.submit(ctx, w); err != nil {
+		callBack(done, err)
+	}
+}
+
+// submit queues w (leader policy). When the coalescer was idle, the caller
+// leads: it lingers, then runs flushes until lead hands the lead on or the
+// queue is empty. After Close it recycles w and returns ErrClosed.
+func (c *Coalescer[T]) submit(ctx context.Context, w *waiter[T]) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		c.putWaiter(w)
-		callBack(done, ErrClosed)
-		return
+		return ErrClosed
 	}
 	c.queue = append(c.queue, w)
 	if c.busy {
@@ -208,7 +195,7 @@ func (c *Coalescer[T]) DoAsync(ctx context.Context, item T, done func(error)) {
 			default:
 			}
 		}
-		return
+		return nil
 	}
 	c.busy = true
 	c.idle = make(chan struct{})
@@ -216,6 +203,7 @@ func (c *Coalescer[T]) DoAsync(ctx context.Context, item T, done func(error)) {
 	c.mu.Unlock()
 	c.lingerFor()
 	c.lead(ctx)
+	return nil
 }
 
 // callBack calls done with err; a panic in done is ignored.

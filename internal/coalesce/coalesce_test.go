@@ -36,27 +36,8 @@ func TestIdleFlushesAtOnce(t *testing.T) {
 
 // While one flush is in flight, later callers queue and go out together.
 func TestGroupsWhileInFlight(t *testing.T) {
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var mu sync.Mutex
-	var batches [][]int
-	c := coalesce.New(func(_ context.Context, items []int) []error {
-		mu.Lock()
-		batches = append(batches, append([]int(nil), items...))
-		first := len(batches) == 1
-		mu.Unlock()
-		if first {
-			close(entered)
-			<-release
-		}
-		errs := make([]error, len(items))
-		for i, it := range items {
-			if it%2 == 1 {
-				errs[i] = fmt.Errorf("odd %d", it)
-			}
-		}
-		return errs
-	}, 3)
+	f := newFirstBlocks()
+	c, entered, release := coalesce.New(f.flush, 3), f.entered, f.release
 
 	var wg sync.WaitGroup
 	results := make([]error, 8)
@@ -84,6 +65,7 @@ func TestGroupsWhileInFlight(t *testing.T) {
 			t.Errorf("item %d: err = %v", i, err)
 		}
 	}
+	batches := f.batches
 	if len(batches) != 4 { // [0], then 7 queued in batches of at most 3
 		t.Fatalf("batches = %v, want 4 flushes", batches)
 	}
@@ -275,27 +257,8 @@ func TestOutcomesStayWithTheirItems(t *testing.T) {
 // callers return at once, and the leader flushes them next, each callback
 // getting its own item's outcome, exactly once.
 func TestDoAsyncQueuesAndTheLeaderFlushes(t *testing.T) {
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var mu sync.Mutex
-	var batches [][]int
-	c := coalesce.New(func(_ context.Context, items []int) []error {
-		mu.Lock()
-		batches = append(batches, append([]int(nil), items...))
-		first := len(batches) == 1
-		mu.Unlock()
-		if first {
-			close(entered)
-			<-release
-		}
-		errs := make([]error, len(items))
-		for i, it := range items {
-			if it%2 == 1 {
-				errs[i] = fmt.Errorf("odd %d", it)
-			}
-		}
-		return errs
-	}, 10)
+	f := newFirstBlocks()
+	c, entered, release := coalesce.New(f.flush, 10), f.entered, f.release
 	outcomes := make(chan [2]any, 10)
 	done := func(it int) func(error) {
 		return func(err error) { outcomes <- [2]any{it, err} }
@@ -331,8 +294,9 @@ func TestDoAsyncQueuesAndTheLeaderFlushes(t *testing.T) {
 			t.Errorf("item %d: err = %v", it, err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	f.mu.Lock()
+	batches := f.batches
+	f.mu.Unlock()
 	if len(batches) != 2 || len(batches[1]) != 4 {
 		t.Fatalf("batches = %v, want [[0] [1 2 3 4]]", batches)
 	}
@@ -372,7 +336,7 @@ func TestDoAsyncMixedWithDo(t *testing.T) {
 	c.DoAsync(context.Background(), 1, func(error) { asyncDone.Done() })
 	syncErr := make(chan error, 1)
 	go func() { syncErr <- c.Do(context.Background(), 2) }()
-	waitFor(t, func() bool { return c.Queued() == 2 })
+	waitQueued(t, c, 2)
 	c.DoAsync(context.Background(), 3, func(error) { asyncDone.Done() })
 	close(release)
 	if err := <-syncErr; err != nil {
@@ -388,15 +352,33 @@ func TestDoAsyncMixedWithDo(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after ten seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
+// firstBlocks is a flush that records every batch, fails odd items, and
+// blocks its first call until release is closed (entered is closed when
+// it starts).
+type firstBlocks struct {
+	entered, release chan struct{}
+	mu               sync.Mutex
+	batches          [][]int
+}
+
+func newFirstBlocks() *firstBlocks {
+	return &firstBlocks{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (f *firstBlocks) flush(_ context.Context, items []int) []error {
+	f.mu.Lock()
+	f.batches = append(f.batches, append([]int(nil), items...))
+	first := len(f.batches) == 1
+	f.mu.Unlock()
+	if first {
+		close(f.entered)
+		<-f.release
 	}
+	errs := make([]error, len(items))
+	for i, it := range items {
+		if it%2 == 1 {
+			errs[i] = fmt.Errorf("odd %d", it)
+		}
+	}
+	return errs
 }
