@@ -66,13 +66,13 @@ func (r *stage) startWorker(d *transport.Delivery) {
 // with the delivery's permit (to a flight that enters a batch, say, and
 // then the worker exits); while it lingers, it is the worker's own.
 func (r *stage) work(d *transport.Delivery) {
-	var m *mailbox // made at the worker's first linger
+	m := newMailbox() // where it waits while it lingers
 	for d != nil {
 		switch r.process(d) {
 		case keptPermit:
-			d = r.next(&m)
+			d = r.next(m)
 		case keptWorker:
-			d = r.linger(&m)
+			d = r.linger(m)
 		default:
 			return
 		}
@@ -83,7 +83,7 @@ func (r *stage) work(d *transport.Delivery) {
 // permit and a worker count: the buffered one ready next, taken on that
 // permit, or else one the dispatcher hands over while the worker lingers
 // without its permit. nil means the worker exits; it counts no more.
-func (r *stage) next(m **mailbox) *transport.Delivery {
+func (r *stage) next(m *mailbox) *transport.Delivery {
 	r.mu.Lock()
 	i := -1
 	if !r.isStopped() {
@@ -101,15 +101,11 @@ func (r *stage) next(m **mailbox) *transport.Delivery {
 	return r.linger(m)
 }
 
-// linger waits, with the worker's mailbox (made at its first linger), for
-// the dispatcher to hand a worker that holds no permit, only its worker
-// count, the next delivery (idleWorkers). nil means the worker exits; it
-// counts no more.
-func (r *stage) linger(m **mailbox) *transport.Delivery {
-	if *m == nil {
-		*m = newMailbox()
-	}
-	if d := r.idle.wait(*m); d != nil {
+// linger waits, with the worker's mailbox, for the dispatcher to hand a
+// worker that holds no permit, only its worker count, the next delivery
+// (idleWorkers). nil means the worker exits; it counts no more.
+func (r *stage) linger(m *mailbox) *transport.Delivery {
+	if d := r.idle.wait(m); d != nil {
 		return d
 	}
 	r.workers.Done()

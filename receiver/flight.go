@@ -116,12 +116,10 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		return keptNothing
 	}
 	f.tracker.Cancel()
-	if outcome != transport.OutcomeAbandoned {
-		f.toSlot()
-	}
+	onSlot := outcome != transport.OutcomeAbandoned && f.toSlot()
 	switch outcome {
 	case transport.OutcomeAcked:
-		if r.async != nil && wake != nil && f.onSlot() {
+		if r.async != nil && wake != nil && onSlot {
 			f.completeAsync()
 			return keptWorker
 		}
@@ -133,14 +131,6 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		r.retry(f.d, f.msg, 0)
 	}
 	return f.endKeep(outcome, wake != nil)
-}
-
-// onSlot reports whether the flight settles on a settle slot (toSlot moved
-// it there).
-func (f *flight) onSlot() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.slot
 }
 
 // completeAsync acks a flight that settles on a settle slot without its
@@ -268,7 +258,7 @@ func (f *flight) freePermit() {
 }
 
 // toSlot moves a flight whose message user code has let go of from its
-// permit to a free settle slot, so the permit goes to the next delivery
+// permit to a free settle slot, and reports whether it did, so the permit goes to the next delivery
 // while the ack or nack is settled. With every slot taken (settlements are
 // slower than user code), the flight settles on its permit: user code then
 // waits for the broker, and deliveries, permits and slots stay bounded. A
@@ -278,11 +268,11 @@ func (f *flight) freePermit() {
 // the ack lets the buffer run dry between claims, and the next claim then
 // finds the permits free and claims its rows straight into processing,
 // skipping the lease gate's statement (docs/design-decisions.md).
-func (f *flight) toSlot() {
+func (f *flight) toSlot() bool {
 	select {
 	case f.r.settling <- struct{}{}:
 	default:
-		return
+		return false
 	}
 	f.mu.Lock()
 	held := f.permit
@@ -290,10 +280,11 @@ func (f *flight) toSlot() {
 	f.mu.Unlock()
 	if !held {
 		<-f.r.settling
-		return
+		return false
 	}
 	<-f.r.permits // still in flight: r.inflight counts it until it ends
 	f.r.changed()
+	return true
 }
 
 // EnteredBatch implements BatchHooks: the permit is freed and the process
