@@ -80,6 +80,10 @@ type Config struct {
 
 	// WaveCap is the largest receive wave (package wave: one probe after
 	// idle, double on a full wave, partial sets the next, empty resets).
+	// On a source that claims straight into processing
+	// (transport.DirectClaimer: the SQL queues), a wave at the cap whose
+	// every row has a free permit grows by the permits still free, up to
+	// twice WaveCap; rows beyond the cap never wait in the buffer.
 	// Defaults to wave.DefaultCap (64). URL: wave_cap.
 	WaveCap int
 	// EmptyDelay is the wait after a fully empty wave. Negative means no

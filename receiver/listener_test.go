@@ -156,6 +156,69 @@ func TestListenerWaveOfSizedClaims(t *testing.T) {
 	}
 }
 
+// directSource claims straight into processing (transport.DirectClaimer)
+// and logs max and direct of every call.
+type directSource struct {
+	*fakeSource
+	dmu    sync.Mutex
+	direct [][2]int // {max, direct} per ClaimDirect
+}
+
+func (s *directSource) ClaimDirect(ctx context.Context, max, direct int) ([]*transport.Delivery, error) {
+	s.dmu.Lock()
+	s.direct = append(s.direct, [2]int{max, direct})
+	s.dmu.Unlock()
+	ds, err := s.Claim(ctx, max)
+	for i := range ds {
+		ds[i].Started = i < direct
+	}
+	return ds, err
+}
+
+func (s *directSource) directLog() [][2]int {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	return append([][2]int(nil), s.direct...)
+}
+
+// A wave at its cap whose rows all have free permits grows by the permits
+// still free, up to twice the cap, and every row beyond the cap is claimed
+// started: none waits in the buffer. Once the permits are taken, claims
+// stay within the cap and the buffer gets the rest.
+func TestListenerDirectClaimGrowsOnlyIntoFreePermits(t *testing.T) {
+	src := &directSource{fakeSource: &fakeSource{available: 1000}}
+	l := newListener(t, src, receiver.Config{Concurrency: 20, BufferSize: 8, WaveCap: 4})
+	// Nobody reads: 20 deliveries hold the permits, 8 wait in the buffer.
+	eventually(t, "permits taken and buffer full", func() bool {
+		s := l.State()
+		return s.InFlight == 20 && s.Buffered == 8
+	})
+	log := src.directLog()
+	grew, started := false, 0
+	for _, c := range log {
+		max, direct := c[0], c[1]
+		if max > 8 {
+			t.Fatalf("a claim asked for %d rows, over twice the wave cap of 4: %v", max, log)
+		}
+		if max > 4 {
+			grew = true
+			if direct != max {
+				t.Fatalf("a claim beyond the cap asked for %d rows with only %d started: %v", max, direct, log)
+			}
+		}
+		started += direct
+	}
+	if !grew {
+		t.Fatalf("no claim grew beyond the wave cap with 20 free permits: %v", log)
+	}
+	if started > 20 {
+		t.Fatalf("%d rows claimed started for 20 permits: %v", started, log)
+	}
+	if want := []int{1, 2, 8}; len(log) < 3 || log[0][0] != want[0] || log[1][0] != want[1] || log[2][0] != want[2] {
+		t.Fatalf("claims = %v, want the ramp 1, 2, then 4 grown to 8", log)
+	}
+}
+
 // Receive errors back off, are counted, and a missing queue is reported
 // distinctly; a success resets the count.
 func TestListenerReceiveErrors(t *testing.T) {
