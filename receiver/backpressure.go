@@ -4,12 +4,18 @@ import "github.com/berth-go/berth/internal/guard"
 
 // QueueCount is the number of messages the listener holds: buffered, in
 // flight, and pending in batching stages.
+//
+// The stage's counts are read before the pending count: a member entering
+// a batch is counted pending before its permit is freed, so read in this
+// order it may be counted twice but is never missed, and back-pressure
+// errs on the side of fetching less.
 func (l *Listener) QueueCount() int {
-	n := l.batchPending()
+	n := 0
 	if r := l.current(); r != nil {
-		n += r.Buffered() + r.InFlight()
+		b, f := r.Counts()
+		n = b + f
 	}
-	return n
+	return n + l.batchPending()
 }
 
 // batchPending is the pending count as QueueCount sees it.
@@ -30,7 +36,9 @@ func (l *Listener) evaluate() (pipe, bool) {
 	if r == nil || r.Fault() != nil || l.loopFault.Load() != nil {
 		return r, false
 	}
-	n := l.batchPending() + r.Buffered() + r.InFlight()
+	b, f := r.Counts()
+	n := b + f + l.batchPending() // in QueueCount's order
+
 	if !l.latched && n > l.pcfg.MaxQueue {
 		l.latched = true
 	} else if l.latched && n <= l.pcfg.RestartQueue {

@@ -424,6 +424,7 @@ func (z *zombie) PushReserved(ds []*transport.Delivery, _ int) {
 func (z *zombie) Free() int               { z.mu.Lock(); defer z.mu.Unlock(); return max(0, 10-len(z.held)) }
 func (z *zombie) Buffered() int           { z.mu.Lock(); defer z.mu.Unlock(); return len(z.held) }
 func (z *zombie) InFlight() int           { return 0 }
+func (z *zombie) Counts() (int, int)      { return z.Buffered(), 0 }
 func (z *zombie) Dispatched() int64       { return 0 }
 func (z *zombie) Fault() *transport.Fault { return nil }
 func (z *zombie) Done() <-chan struct{}   { return z.done }

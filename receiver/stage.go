@@ -38,6 +38,9 @@ type pipe interface {
 	// InFlight is the number of deliveries being gated, delivered or
 	// settled (each holds a permit).
 	InFlight() int
+	// Counts is Buffered and InFlight read together: a delivery moving
+	// from the buffer to a permit is counted once, not in both or neither.
+	Counts() (buffered, inflight int)
 	// Dispatched counts the deliveries taken from the buffer so far; the
 	// watchdog uses it to spot a stage that accepts deliveries but no
 	// longer dispatches them.
@@ -285,6 +288,14 @@ func (r *stage) Buffered() int {
 
 // InFlight implements pipe.
 func (r *stage) InFlight() int { return int(r.inflight.Load()) }
+
+// Counts implements pipe. Deliveries enter the in-flight count under r.mu
+// as they leave the buffer (take) or skip it (PushReserved).
+func (r *stage) Counts() (buffered, inflight int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.buf), int(r.inflight.Load())
+}
 
 // Dispatched implements pipe.
 func (r *stage) Dispatched() int64 { return r.dispatched.Load() }

@@ -40,8 +40,7 @@ func (l *Listener) State() transport.ListenerState {
 	lastFault := l.lastFault
 	l.mu.Unlock()
 	if r != nil {
-		s.Buffered = r.Buffered()
-		s.InFlight = r.InFlight()
+		s.Buffered, s.InFlight = r.Counts()
 	}
 	s.BatchPending = l.pending.Load()
 	s.QueueCount = s.Buffered + s.InFlight + l.batchPending()
