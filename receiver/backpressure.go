@@ -38,7 +38,6 @@ func (l *Listener) evaluate() (pipe, bool) {
 	}
 	b, f := r.Counts()
 	n := b + f + l.batchPending() // in QueueCount's order
-
 	if !l.latched && n > l.pcfg.MaxQueue {
 		l.latched = true
 	} else if l.latched && n <= l.pcfg.RestartQueue {
