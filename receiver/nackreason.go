@@ -66,7 +66,7 @@ func (t *Tracker) NackReason() string {
 // before middleware that turns panics into errors, such as
 // middleware.Recoverer, to record panics too:
 //
-//	router.AddMiddleware(transport.DeadLetterReason(), middleware.Recoverer)
+//	router.AddMiddleware(receiver.DeadLetterReason(), middleware.Recoverer)
 //
 // Messages that did not come from a Berth subscriber pass through
 // untouched.

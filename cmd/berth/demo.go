@@ -70,7 +70,8 @@ dead letters; a summary table ends the run, then the demo stops (or, with
 
 With no --url it runs on SQLite in a temporary file. --url points the same
 program at any transport: postgres://…, sqlserver://…, sqs://… (add
-create=true for SQS). Unless the URL sets them, the demo uses max_attempts=3
+create=true and dead_letter_queue=NAME for SQS: without a dead-letter
+queue a poison order returns to the queue and is counted again). Unless the URL sets them, the demo uses max_attempts=3
 and retry_delay=20ms, on every transport.
 
 Ctrl-C stops it early: the orders not settled by then are reported as in

@@ -65,7 +65,7 @@ func (s *Source) checkStats() {
 			guard.Do(func() { s.logger.Error("checking the queue table's planner statistics failed", err, nil) })
 		case analyzed:
 			guard.Do(func() {
-				s.logger.Info("gathered the queue table's planner statistics (it had none yet)", watermill.LogFields{"table": s.q.Table})
+				s.logger.Debug("gathered the queue table's planner statistics (it had none yet)", watermill.LogFields{"table": s.q.Table})
 			})
 		}
 	}()
