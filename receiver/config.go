@@ -28,7 +28,9 @@ const (
 // Pipeline. The zero value is the defaults.
 type Config struct {
 	// Concurrency is the maximum number of un-acked messages delivered to
-	// Watermill at once (the concurrency permits). Set 1 for strict order.
+	// Watermill at once (the concurrency permits). Set 1 for strict order
+	// (on a source that delivers in order: the SQL queues, mem): a nack
+	// then retries the message in place (see RetryInPlace).
 	// A message's settlement (the call its Ack or Nack makes) runs on one
 	// of Concurrency settle slots when one is free, and its permit goes to
 	// the next message at once; with every slot taken it runs on its
@@ -55,6 +57,20 @@ type Config struct {
 	// docs/ordering.md. Defaults to OrderedNackBlock. URL: ordered_nack
 	// (block or dead_letter).
 	OrderedNack OrderedNack
+
+	// RetryInPlace decides where a nacked message that is not
+	// dead-lettered waits for its retry. RetryInPlaceAuto: with
+	// Concurrency 1 the listener keeps it (and its lease, renewed), waits
+	// RetryDelayFor(attempt), and hands the same message to the handler
+	// again with the attempt counted, dispatching nothing behind it
+	// meanwhile, so that one failure does not let later messages overtake
+	// it; with Concurrency > 1 it goes back to the broker. RetryInPlaceOff:
+	// always back to the broker, due after the delay (later messages may
+	// pass it). In-place attempts are counted by the listener: the broker's
+	// attempt count (a SQL attempts column, SQS ApproximateReceiveCount)
+	// does not grow with them. Defaults to RetryInPlaceAuto. URL:
+	// retry_in_place (auto or off).
+	RetryInPlace RetryInPlace
 
 	// RetryDelay is the redelivery delay after the first nack; it doubles
 	// per attempt up to MaxRetryDelay. Negative means redeliver at once.
@@ -138,6 +154,24 @@ const (
 	OrderedNackDeadLetter OrderedNack = "dead_letter"
 )
 
+// RetryInPlace is where a nacked message waits for its retry (see
+// Config.RetryInPlace).
+type RetryInPlace string
+
+// The values of Config.RetryInPlace.
+const (
+	// RetryInPlaceAuto retries in place when Concurrency is 1, through the
+	// broker otherwise. The default.
+	RetryInPlaceAuto RetryInPlace = "auto"
+	// RetryInPlaceOff always retries through the broker.
+	RetryInPlaceOff RetryInPlace = "off"
+)
+
+// inPlace reports whether a nack retries in place (c has its defaults).
+func (c Config) inPlace() bool {
+	return c.Concurrency == 1 && c.RetryInPlace == RetryInPlaceAuto
+}
+
 // DefaultMaxQueue is the default back-pressure maximum.
 const DefaultMaxQueue = 1000
 
@@ -160,6 +194,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OrderedNack == "" {
 		c.OrderedNack = OrderedNackBlock
+	}
+	if c.RetryInPlace == "" {
+		c.RetryInPlace = RetryInPlaceAuto
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -218,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if d.OrderedNack != OrderedNackBlock && d.OrderedNack != OrderedNackDeadLetter {
 		bad("OrderedNack", "must be %q or %q, got %q", OrderedNackBlock, OrderedNackDeadLetter, c.OrderedNack)
+	}
+	if d.RetryInPlace != RetryInPlaceAuto && d.RetryInPlace != RetryInPlaceOff {
+		bad("RetryInPlace", "must be %q or %q, got %q", RetryInPlaceAuto, RetryInPlaceOff, c.RetryInPlace)
 	}
 	if c.WaveCap < 0 {
 		bad("WaveCap", "must be ≥ 1, got %d", c.WaveCap)

@@ -27,7 +27,14 @@
 // MaxAttempts is reached, with the reason the handler recorded
 // ([SetNackReason], [DeadLetterReason]) after the attempt count (with
 // Config.OrderedNack = OrderedNackDeadLetter, a message with an ordering
-// key is dead-lettered on its first nack). For a transport.Sequencer
+// key is dead-lettered on its first nack). The listener's idle wait ends
+// when a retry it issued falls due, so a retry shorter than the empty
+// delay is handled on time (loop.go). With Concurrency 1 (and
+// Config.RetryInPlace left at RetryInPlaceAuto) a nack that does not
+// dead-letter retries in place: the flight keeps the only permit and its
+// lease, waits the retry delay, and hands a copy of the message to the
+// handler again with the attempt counted, so no later message overtakes
+// it; Close during the wait hands it back (flight.go, again). For a transport.Sequencer
 // source the dispatcher takes the oldest delivery whose key has nothing in
 // flight instead (sequence.go).
 //

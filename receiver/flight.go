@@ -1,6 +1,8 @@
 package receiver
 
 import (
+	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,15 +99,26 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		outcome transport.Outcome
 		entered bool
 	)
-	select {
-	case <-f.msg.Acked():
-		outcome = transport.OutcomeAcked
-	case <-f.msg.Nacked():
-		outcome = transport.OutcomeNacked
-	case <-r.abandon:
-		outcome = transport.OutcomeAbandoned
-	case <-wake:
-		entered = true
+	for {
+		select {
+		case <-f.msg.Acked():
+			outcome = transport.OutcomeAcked
+		case <-f.msg.Nacked():
+			outcome = transport.OutcomeNacked
+		case <-r.abandon:
+			outcome = transport.OutcomeAbandoned
+		case <-wake:
+			entered = true
+		}
+		if entered || outcome != transport.OutcomeNacked || wake == nil || !r.retriesInPlace(f.d, f.msg) {
+			break
+		}
+		// Concurrency 1: the process goroutine holds the only permit;
+		// retry the message in place and watch it again.
+		if again, k := f.again(); !again {
+			taken = true // again took and ended it
+			return k
+		}
 	}
 	if taken = !entered && f.take(); !taken {
 		// A batch holds it. If Close walked the batched flights before this
@@ -131,6 +144,85 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		r.retry(f.d, f.msg, 0)
 	}
 	return f.endKeep(outcome, wake != nil)
+}
+
+// again retries the flight's nacked message in place (Config.RetryInPlace):
+// the flight keeps its permit, so nothing behind it is dispatched, and its
+// delivery stays held, so its lease is renewed. It waits the retry delay,
+// checks the lease (one Renew of the delivery), then delivers a copy of
+// the message with the attempt counted, under a new message context, and
+// reports true: the caller watches it again. It reports false, with what
+// endKeep handed back, when it took and ended the flight instead: the
+// stage stopped during the wait (the message is handed back, Retry 0, as
+// Close does), or the lease is gone (dropped without running user code
+// again, as the lease gate does).
+func (f *flight) again() (bool, kept) {
+	r := f.r
+	f.tracker.Cancel() // the nacked attempt's context ends
+	if f.finish != nil {
+		finish := f.finish
+		f.finish = nil
+		r.observe(func(transport.Observer) { finish(transport.OutcomeNacked) })
+	}
+	handBack := func() (bool, kept) {
+		f.take()
+		r.logDebug("closing: message waiting for an in-place retry handed back", watermill.LogFields{"id": f.d.ID})
+		r.retry(f.d, f.msg, 0)
+		return false, f.endKeep(transport.OutcomeAbandoned, true)
+	}
+	if delay := r.cfg.RetryDelayFor(f.d.Attempt); delay > 0 {
+		select {
+		case <-r.cfg.Clock.After(delay):
+		case <-r.stop:
+			return handBack()
+		}
+	}
+	if r.isStopped() {
+		return handBack()
+	}
+	if r.renewer != nil {
+		ctx, cancel := r.callCtx()
+		err := r.guarded("renew", func() error { return r.renewer.Renew(ctx, []*transport.Delivery{f.d}) })
+		cancel()
+		switch {
+		case errors.Is(err, transport.ErrLeaseLost):
+			f.take()
+			r.logDebug("lease lost while waiting for an in-place retry; dropped", watermill.LogFields{"id": f.d.ID})
+			return false, f.endKeep(transport.OutcomeAbandoned, true)
+		case r.isStopped():
+			return handBack()
+		case err != nil:
+			// Not known to be lost: retry; the ack or nack will tell.
+			r.logError("lease renewal before an in-place retry failed", err, watermill.LogFields{"id": f.d.ID})
+		}
+	}
+	f.d.Attempt++
+	msg := f.msg.Copy()
+	msg.Metadata.Set(transport.MetadataAttempt, strconv.Itoa(f.d.Attempt))
+	msgCtx, tracker := NewMessageContext(r.base, r.pending, f)
+	r.observe(func(o transport.Observer) { msgCtx, f.finish = o.Delivering(msgCtx, r.name, msg) })
+	msg.SetContext(msgCtx)
+	f.msg, f.tracker = msg, tracker
+	if !r.out.send(msg, r.stop) {
+		return handBack()
+	}
+	return true, keptNothing
+}
+
+// retriesInPlace reports whether a nack of d retries it in place: the
+// stage's config asks for it (Config.RetryInPlace) and the nack would not
+// dead-letter it (its last attempt, or a keyed message under
+// OrderedNackDeadLetter).
+func (r *stage) retriesInPlace(d *transport.Delivery, msg *message.Message) bool {
+	switch {
+	case !r.inPlace:
+		return false
+	case r.cfg.OrderedNack == OrderedNackDeadLetter && r.keyed(d, msg):
+		return false
+	case r.cfg.MaxAttempts > 0 && d.Attempt >= r.cfg.MaxAttempts:
+		return false
+	}
+	return true
 }
 
 // completeAsync acks a flight that settles on a settle slot without its

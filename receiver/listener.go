@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/due"
 	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/internal/subopt"
 	"github.com/berth-go/berth/internal/wait"
@@ -54,6 +55,12 @@ type Listener struct {
 	hinter    transport.WakeHinter
 	loopKick  chan struct{}
 	checkKick chan struct{}
+	// retryDues are the due times of the retries this listener's stages
+	// issued (nacks with a delay): the loop's empty wait ends when the
+	// earliest falls due (loop.go, waitEmpty). dueKick (cap 1) tells a
+	// waiting loop that an earlier one was recorded.
+	retryDues due.Set
+	dueKick   chan struct{}
 	stopCh    chan struct{}
 	// ignorePending leaves batch-pending messages out of QueueCount
 	// (subopt.Options.IgnoreBatchPending; benchmarks only).
@@ -116,6 +123,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 		newPipe:       newStage,
 		out:           newOutbox(),
 		loopKick:      make(chan struct{}, 1),
+		dueKick:       make(chan struct{}, 1),
 		checkKick:     make(chan struct{}, 1),
 		stopCh:        make(chan struct{}),
 		closed:        make(chan struct{}),
@@ -218,6 +226,7 @@ func (l *Listener) replaceStage(rebuild bool) error {
 		Context:  l.cfg.Context,
 		Pending:  l.pending,
 		OnChange: l.kick,
+		OnRetry:  l.retryDue,
 		Logger:   l.logger,
 		Name:     l.cfg.Name,
 	})

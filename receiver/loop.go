@@ -21,6 +21,12 @@ import (
 // whose claim came back empty.
 const wakeHoldoffBase = 5 * time.Millisecond
 
+// retryDueSlack is how long after a retry's due time the loop claims, so
+// that the row is due when the claim runs (a database rounds to the
+// millisecond, and its clock ticks apart from this one). A retry whose due
+// time is this much before a claim started is taken as found by it.
+const retryDueSlack = 5 * time.Millisecond
+
 // loop is the receive loop: it claims waves sized by the wave controller
 // into the stage's free space, backs off after errors, and sleeps out empty
 // delays (ending them early on a wake-up from the source).
@@ -80,6 +86,10 @@ func (l *Listener) loop() {
 			continue
 		}
 		l.waveSize.Store(int64(n))
+		var claimAt time.Time // read only while a retry is pending
+		if l.retryDues.Len() > 0 {
+			claimAt = l.pcfg.Clock.Now()
+		}
 		launched, found, claimed, err := l.claimWave(ctx, r, n, free)
 		l.observe(func(o transport.Observer) { o.WaveDone(l.cfg.Name, launched, found, claimed, err) })
 		if err != nil {
@@ -121,7 +131,7 @@ func (l *Listener) loop() {
 			woken = false
 		}
 		if delay := ctrl.Observe(launched, found); delay > 0 {
-			ok, w := l.waitEmpty(delay, holdoff)
+			ok, w := l.waitEmpty(delay, holdoff, claimAt)
 			if !ok {
 				return
 			}
@@ -129,6 +139,17 @@ func (l *Listener) loop() {
 			if w && l.hinter != nil {
 				ctrl.Hint(l.hinter.TakeWakeHint())
 			}
+		}
+	}
+}
+
+// retryDue records the due time of a retry this listener's stage issued
+// and, when it is the earliest, tells a loop in its empty wait.
+func (l *Listener) retryDue(at time.Time) {
+	if l.retryDues.Add(at) {
+		select {
+		case l.dueKick <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -147,15 +168,43 @@ func (l *Listener) wait(d time.Duration) bool {
 
 // waitEmpty waits out the empty delay after an empty wave. It returns early
 // on a wake-up from the source (after holdoff, jittered) and reports whether
-// it was woken; counting changes (acks) do not end it. It reports false on
-// stop.
-func (l *Listener) waitEmpty(d, holdoff time.Duration) (ok, woken bool) {
-	select {
-	case <-l.pcfg.Clock.After(d):
-		return true, false
-	case <-l.wakeCh:
-	case <-l.stopCh:
-		return false, false
+// it was woken; counting changes (acks) do not end it. It also returns,
+// not woken, when a retry this listener issued falls due (retryDues, plus
+// retryDueSlack), so that a retry shorter than the empty delay is not
+// handled a whole empty delay late; the retries due before the empty wave's
+// claim started (claimAt; zero when none was pending) are forgotten, that
+// claim looked for them. Other instances' retries are found by polling. It
+// reports false on stop.
+func (l *Listener) waitEmpty(d, holdoff time.Duration, claimAt time.Time) (ok, woken bool) {
+	clock := l.pcfg.Clock
+	if !claimAt.IsZero() {
+		l.retryDues.DropUntil(claimAt.Add(-retryDueSlack))
+	}
+	end, wait := time.Time{}, d
+	for {
+		if at, ok := l.retryDues.Next(); ok || !end.IsZero() {
+			now := clock.Now()
+			if end.IsZero() {
+				end = now.Add(d)
+			}
+			wait = max(end.Sub(now), 0)
+			if due := at.Add(retryDueSlack); ok && due.Before(end) {
+				wait = max(due.Sub(now), 0)
+			}
+		}
+		select {
+		case <-clock.After(wait):
+			return true, false
+		case <-l.dueKick:
+			// An earlier retry due time was recorded. (With none pending
+			// before, the empty delay counts from here: at most a wave's
+			// time too long.)
+			continue
+		case <-l.wakeCh:
+		case <-l.stopCh:
+			return false, false
+		}
+		break
 	}
 	// Answer after a jittered delay: instances that all heard the same
 	// wake-up then claim one after another instead of splitting the rows

@@ -114,7 +114,13 @@ func (r *stage) nack(d *transport.Delivery, msg *message.Message, why string) tr
 		r.deadLetter(d, msg, reason)
 		return transport.OutcomeDeadLettered
 	}
-	r.retry(d, msg, r.cfg.RetryDelayFor(d.Attempt))
+	delay := r.cfg.RetryDelayFor(d.Attempt)
+	r.retry(d, msg, delay)
+	if r.onRetry != nil {
+		// The loop looks for the message when it falls due, not at its
+		// next poll (an idle loop waits its whole empty delay).
+		r.onRetry(r.cfg.Clock.Now().Add(delay))
+	}
 	return transport.OutcomeNacked
 }
 

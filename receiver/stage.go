@@ -62,8 +62,11 @@ type stageParams struct {
 	Context  context.Context // values for every message's context
 	Pending  *Pending
 	OnChange func() // called, without blocking, when counts change
-	Logger   watermill.LoggerAdapter
-	Name     string // the listener's, for observer events
+	// OnRetry is called, without blocking, with the due time of every
+	// retry a nack asked the source for (nil: none).
+	OnRetry func(at time.Time)
+	Logger  watermill.LoggerAdapter
+	Name    string // the listener's, for observer events
 }
 
 // A stage is the receive stage: a bounded buffer of claimed deliveries, the
@@ -77,10 +80,12 @@ type stage struct {
 	seq      transport.Sequencer      // nil when the source needs no sequenced dispatch
 	async    transport.AsyncCompleter // nil when the source acks synchronously only
 	cfg      Config
+	inPlace  bool // a nack retries in place (Config.RetryInPlace)
 	out      *outbox
 	base     context.Context
 	pending  *Pending
 	onChange func()
+	onRetry  func(at time.Time)
 	logger   watermill.LoggerAdapter
 	name     string
 
@@ -142,10 +147,12 @@ func newStage(p stageParams) (pipe, error) {
 	r := &stage{
 		src:       p.Source,
 		cfg:       cfg,
+		inPlace:   cfg.inPlace(),
 		out:       p.Out,
 		base:      context.WithoutCancel(base),
 		pending:   pending,
 		onChange:  p.OnChange,
+		onRetry:   p.OnRetry,
 		logger:    logger,
 		name:      p.Name,
 		permits:   make(chan struct{}, cfg.Concurrency),

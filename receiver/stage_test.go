@@ -219,7 +219,7 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	obs := &recordingObserver{outcomes: map[string]transport.Outcome{}, settles: map[string]transport.SettleOp{}}
 	out := make(chan *message.Message)
 	r, err := receiver.NewStage(receiver.StageParams{Source: src, Out: out, Name: "orders",
-		Config: receiver.Config{Concurrency: 1, MaxAttempts: 2, Observer: obs}})
+		Config: receiver.Config{Concurrency: 1, MaxAttempts: 2, RetryInPlace: receiver.RetryInPlaceOff, Observer: obs}})
 	if err != nil {
 		t.Fatal(err)
 	}

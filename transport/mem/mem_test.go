@@ -31,8 +31,11 @@ func TestFaults(t *testing.T) {
 }
 
 // suiteURL is the subscriber URL of Watermill's suite: one message at a
-// time, so that order is guaranteed without keys.
-const suiteURL = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=200ms&max_attempts=50&empty_delay=50ms"
+// time, so that order is guaranteed without keys. With concurrency=1 a nack
+// retries in place, so TestContinueAfterErrors's 100 nacks per subscriber
+// all land on its first messages: retry forever (as watermill-sql does),
+// with short delays.
+const suiteURL = "mem://conformance?concurrency=1&drain_timeout=2s&retry_delay=10ms&max_retry_delay=10ms&max_attempts=-1&empty_delay=50ms"
 
 func config(t *testing.T) transporttest.Config { return configURL(t, suiteURL) }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/coalesce"
+	"github.com/berth-go/berth/internal/due"
 	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
@@ -44,6 +45,11 @@ type Source struct {
 	// a round trip until a wake-up arrives (see idle.go).
 	idle   *prober
 	parked atomic.Bool
+	// retryDues are the due times of this source's retries with a delay:
+	// a claim at or after one runs as if woken (a parked or short source
+	// would otherwise answer it empty until the pool's next probe), since
+	// its receive loop claims when a retry it issued falls due.
+	retryDues due.Set
 
 	begin    *coalesce.Coalescer[*transport.Delivery]
 	complete *coalesce.Coalescer[*transport.Delivery]
@@ -182,6 +188,12 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	case <-s.w.ch:
 		woken = true
 	default:
+	}
+	if s.retryDues.Len() > 0 { // one atomic load while no retry is pending
+		if at, ok := s.retryDues.Next(); ok && !time.Now().Before(at) {
+			s.retryDues.DropUntil(time.Now())
+			woken = true // a retry of ours fell due: the row may be there
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -524,6 +536,9 @@ func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []
 // Retry implements transport.Source: the row returns to pending, due after
 // delay, group-committed.
 func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+	if delay > 0 {
+		s.retryDues.Add(time.Now().Add(delay))
+	}
 	return s.settleErr("retry", d, s.retry.Do(ctx, retryItem{d: d, delay: delay}))
 }
 

@@ -77,6 +77,8 @@ func TestConformanceStandard(t *testing.T) {
 		GuaranteedOrder:     false,
 		Persistent:          true,
 	}
+	c.Unordered = true          // a standard queue keeps no order
+	c.WholeSecondRetries = true // visibility timeouts are whole seconds
 	transporttest.Run(t, c)
 }
 
@@ -126,6 +128,8 @@ func TestConformanceSNS(t *testing.T) {
 		GuaranteedOrder:     false,
 		Persistent:          true,
 	}
+	c.Unordered = true          // standard queues subscribed to the topic keep no order
+	c.WholeSecondRetries = true // visibility timeouts are whole seconds
 	transporttest.Run(t, c)
 }
 

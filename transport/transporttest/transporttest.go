@@ -56,6 +56,16 @@ type Config struct {
 
 	// SkipWatermill skips Watermill's suite (for a quick run of Berth's).
 	SkipWatermill bool
+
+	// Unordered: the transport does not deliver in publish order (SQS
+	// standard queues), so the cases of strict order with Concurrency 1
+	// (InPlaceRetryKeepsOrder, InPlaceDeadLetterKeepsOrder) are skipped.
+	Unordered bool
+
+	// WholeSecondRetries: the broker delays a retry by whole seconds (SQS
+	// visibility timeouts round 50ms up to 1s), so RetryHandledWhenDue,
+	// which retries after 50ms, is skipped.
+	WholeSecondRetries bool
 }
 
 // Run runs the whole kit.
@@ -78,6 +88,10 @@ func RunBerth(t *testing.T, c Config) {
 	t.Run("CloseLosesNothing", func(t *testing.T) { t.Parallel(); testCloseLosesNothing(t, c) })
 	t.Run("QueueCountAndStatus", func(t *testing.T) { t.Parallel(); testQueueCountAndStatus(t, c) })
 	t.Run("UnackedLimit", func(t *testing.T) { t.Parallel(); testUnackedLimit(t, c) })
+	t.Run("RetryHandledWhenDue", func(t *testing.T) { t.Parallel(); testRetryWhenDue(t, c) })
+	t.Run("InPlaceRetryKeepsOrder", func(t *testing.T) { t.Parallel(); testInPlaceOrder(t, c) })
+	t.Run("InPlaceDeadLetterKeepsOrder", func(t *testing.T) { t.Parallel(); testInPlaceDeadLetter(t, c) })
+	t.Run("InPlaceRetryHandedBackOnClose", func(t *testing.T) { t.Parallel(); testInPlaceClose(t, c) })
 }
 
 const waitFor = 30 * time.Second
@@ -371,5 +385,188 @@ func testUnackedLimit(t *testing.T, c Config) {
 	}
 	if total != 30 {
 		t.Fatal(fmt.Sprint("received ", total))
+	}
+}
+
+// testRetryWhenDue: on an idle queue (the loop waits its empty delay, 1s
+// by default), a nacked message is handled again when its retry falls due
+// (50ms), not at the loop's next poll.
+func testRetryWhenDue(t *testing.T, c Config) {
+	if c.WholeSecondRetries {
+		t.Skip("the broker delays retries by whole seconds")
+	}
+	const retry = 50 * time.Millisecond
+	pub, sub := c.NewPubSubWith(t, receiver.Config{RetryDelay: retry, MaxRetryDelay: retry, DrainTimeout: time.Second})
+	defer closeAll(t, pub, sub)
+	tp := topic(t)
+	initialize(t, sub, tp)
+	ch, cancel := subscribe(t, sub, tp)
+	defer cancel()
+	id := publish(t, pub, tp, 1)[0]
+	var last time.Time
+	for attempt := 1; attempt <= 4; attempt++ {
+		m := receive(t, ch)
+		now := time.Now()
+		if m.UUID != id {
+			t.Fatalf("got %s, want %s", m.UUID, id)
+		}
+		if attempt > 1 {
+			// Generous for a loaded CI machine; polling took 1s (the
+			// empty delay) per retry.
+			gap := now.Sub(last)
+			t.Logf("attempt %d: %s after the nack of attempt %d", attempt, gap, attempt-1)
+			if gap >= 400*time.Millisecond {
+				t.Fatalf("attempt %d came %s after the nack, want about %s (the retry delay)", attempt, gap, retry)
+			}
+		}
+		last = time.Now()
+		if attempt < 4 {
+			m.Nack()
+		} else {
+			m.Ack()
+		}
+	}
+}
+
+// orderedRun publishes n messages (payloads 0..n-1) before subscribing with
+// Concurrency 1, hands each delivery to handle (which acks or nacks it),
+// and returns the payloads in the order delivered, until handle reports
+// done, and the topic.
+func orderedRun(t *testing.T, c Config, p receiver.Config, n int, handle func(m *message.Message, payload int) (done bool)) ([]int, string) {
+	t.Helper()
+	if c.Unordered {
+		t.Skip("the transport does not deliver in publish order")
+	}
+	pub, sub := c.NewPubSubWith(t, p)
+	defer closeAll(t, pub, sub)
+	tp := topic(t)
+	initialize(t, sub, tp)
+	publish(t, pub, tp, n)
+	ch, cancel := subscribe(t, sub, tp)
+	defer cancel()
+	var got []int
+	for {
+		m := receive(t, ch)
+		v, err := strconv.Atoi(string(m.Payload))
+		if err != nil {
+			t.Fatalf("payload %q: %v", m.Payload, err)
+		}
+		got = append(got, v)
+		if handle(m, v) {
+			return got, tp
+		}
+	}
+}
+
+// testInPlaceOrder: with Concurrency 1, a message nacked once is handled
+// again before any later message, with its attempt counted.
+func testInPlaceOrder(t *testing.T, c Config) {
+	const n = 30
+	failed := map[int]bool{}
+	acked := 0
+	got, _ := orderedRun(t, c, fastRetry(receiver.Config{Concurrency: 1}), n, func(m *message.Message, v int) bool {
+		attempt := m.Metadata.Get(transport.MetadataAttempt)
+		if (v == 4 || v == 14 || v == 24) && !failed[v] {
+			failed[v] = true
+			if attempt != "1" {
+				t.Errorf("message %d: first attempt %s, want 1", v, attempt)
+			}
+			m.Nack()
+			return false
+		}
+		if failed[v] && attempt != "2" {
+			t.Errorf("message %d: attempt after one nack is %s, want 2", v, attempt)
+		}
+		m.Ack()
+		acked++
+		return acked == n
+	})
+	var want []int
+	for v := range n {
+		want = append(want, v)
+		if v == 4 || v == 14 || v == 24 {
+			want = append(want, v)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("handled in order\n%v\nwant\n%v", got, want)
+	}
+}
+
+// testInPlaceDeadLetter: with Concurrency 1, a message failing every
+// attempt is retried in place and dead-lettered after MaxAttempts; the
+// messages after it follow in order.
+func testInPlaceDeadLetter(t *testing.T, c Config) {
+	const n, poison, maxAttempts = 6, 2, 3
+	var poisonID string
+	acked := 0
+	got, tp := orderedRun(t, c, fastRetry(receiver.Config{Concurrency: 1, MaxAttempts: maxAttempts}), n, func(m *message.Message, v int) bool {
+		if v == poison {
+			poisonID = m.UUID
+			m.Nack()
+			return false
+		}
+		m.Ack()
+		acked++
+		return acked == n-1
+	})
+	want := []int{0, 1, 2, 2, 2, 3, 4, 5}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("handled in order %v, want %v", got, want)
+	}
+	if c.DeadLetters == nil {
+		return
+	}
+	eventually(t, "the poison message dead-lettered", func() bool {
+		for _, d := range c.DeadLetters(t, tp) {
+			if d.UUID == poisonID {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// testInPlaceClose: a message waiting for its in-place retry when the
+// subscriber closes is handed back at once, and redelivered to the next
+// subscriber with everything else.
+func testInPlaceClose(t *testing.T, c Config) {
+	const n = 3
+	cfg := fastRetry(receiver.Config{Concurrency: 1})
+	cfg.RetryDelay, cfg.MaxRetryDelay = time.Hour, time.Hour
+	cfg.DrainTimeout = 10 * time.Second
+	pub, sub := c.NewPubSubWith(t, cfg)
+	tp := topic(t)
+	initialize(t, sub, tp)
+	ids := publish(t, pub, tp, n)
+	ch, cancel := subscribe(t, sub, tp)
+	m := receive(t, ch)
+	m.Nack() // waits an hour in place
+	l := listener(t, sub)
+	eventually(t, "the nacked message waits in place, holding the only permit", func() bool {
+		s := l.State()
+		return s.InFlight == 1
+	})
+	cancel()
+	start := time.Now()
+	closeAll(t, pub, sub)
+	if took := time.Since(start); took >= cfg.DrainTimeout {
+		t.Fatalf("Close took %s: the message waiting in place was not handed back at once", took)
+	}
+
+	pub2, sub2 := c.NewPubSubWith(t, fastRetry(receiver.Config{Concurrency: 1}))
+	defer closeAll(t, pub2, sub2)
+	ch2, cancel2 := subscribe(t, sub2, tp)
+	defer cancel2()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		m := receive(t, ch2)
+		seen[m.UUID] = true
+		m.Ack()
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("message %s lost", id)
+		}
 	}
 }
