@@ -37,6 +37,10 @@ type Publisher struct {
 	wg     sync.WaitGroup
 
 	coalescers coalescers // with PublishLinger: one per queue or SNS topic
+
+	declarer      *declarer   // PublisherConfig.Groups
+	subscribed    *subscribed // with SNS: whether topics have subscriptions
+	noSubscribers atomic.Int64
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -59,7 +63,7 @@ func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Publisher{
+	p := &Publisher{
 		cfg:    cfg,
 		api:    api,
 		sns:    snsAPI,
@@ -67,6 +71,14 @@ func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.
 		topics: newTopics(snsAPI, cfg.Queue),
 		logger: logger,
 	}
+	p.declarer = newDeclarer(api, p.topics, cfg, logger)
+	p.subscribed = &subscribed{api: snsAPI, ttl: cfg.SubscriptionsTTL, topics: map[string]subscribedEntry{}}
+	return p
+}
+
+// Stats returns the publisher's counts.
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{NoSubscribers: p.noSubscribers.Load()}
 }
 
 // MessagingSystem returns the messaging.system of the publisher's
