@@ -13,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/delaymeta"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -150,27 +151,31 @@ func (b *Broker) queue(topic, group string) *queue {
 }
 
 // Publish copies msgs into the topic's default queue and every consumer
-// group's queue.
+// group's queue. A message is first delivered when its delay metadata says
+// (see the package documentation, "Delays"); a malformed delay is read as
+// none here, Publisher.Publish refuses it.
 func (b *Broker) Publish(topic string, msgs ...*message.Message) {
 	now := time.Now()
+	due := make([]time.Time, len(msgs))
+	for i, m := range msgs {
+		d, _, _ := delaymeta.Delay(m.Metadata, now, delayKeys)
+		due[i] = now.Add(d)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.queue(topic, "")
 	for _, q := range b.topics[topic] {
-		for _, m := range msgs {
+		for i, m := range msgs {
 			e := &entry{
 				seq:      b.seq.Add(1),
 				uuid:     m.UUID,
 				payload:  slices.Clone(m.Payload),
 				metadata: maps.Clone(map[string]string(m.Metadata)),
-				due:      now,
+				due:      due[i],
 				key:      m.Metadata.Get(transport.MetadataOrderingKey),
 			}
 			if e.key != "" {
 				q.keys[e.key] = append(q.keys[e.key], e.seq)
-			}
-			if d, err := time.ParseDuration(m.Metadata.Get(MetadataDelay)); err == nil && d > 0 {
-				e.due = now.Add(d)
 			}
 			q.entries[e.seq] = e
 			q.order = append(q.order, e.seq)
@@ -224,8 +229,12 @@ func (b *Broker) Stats(topic, group string) Stats {
 }
 
 // MetadataDelay delays a published message's first delivery by a Go
-// duration ("5s").
+// duration ("5s"). It wins over Watermill's delay metadata.
 const MetadataDelay = "berth_delay"
+
+// delayKeys are the broker's own delay keys; internal/delaymeta reads them
+// and Watermill's (components/delay).
+var delayKeys = delaymeta.Keys{Delay: MetadataDelay}
 
 func token() string {
 	var b [8]byte

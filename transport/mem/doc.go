@@ -16,5 +16,9 @@
 // # Delays
 //
 // A message whose metadata has MetadataDelay ("berth_delay", a Go duration)
-// is first delivered after that delay.
+// is first delivered after that delay, and so is one delayed with
+// Watermill's components/delay (delay.Message, delay.NewPublisher), to the
+// nanosecond; berth_delay wins over Watermill's keys. Publisher.Publish
+// refuses a malformed delay with transport.ErrInvalidMessage naming the
+// key; Broker.Publish, which cannot fail, reads it as none.
 package mem

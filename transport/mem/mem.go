@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/delaymeta"
 	"github.com/berth-go/berth/internal/pipeurl"
 	"github.com/berth-go/berth/internal/urlparam"
 	"github.com/berth-go/berth/receiver"
@@ -64,9 +65,13 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed.Load() {
 		return transport.ErrClosed
 	}
+	now := time.Now()
 	for _, m := range msgs {
 		if err := m.Context().Err(); err != nil {
 			return fmt.Errorf("mem: publish: %w", err)
+		}
+		if _, _, err := delaymeta.Delay(m.Metadata, now, delayKeys); err != nil {
+			return fmt.Errorf("mem: publish %s to %q: %w", m.UUID, topic, err)
 		}
 	}
 	p.b.Publish(topic, msgs...)

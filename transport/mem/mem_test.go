@@ -24,6 +24,12 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, config(t))
 }
 
+// TestDelays checks that Watermill's delay metadata (components/delay) is
+// honoured with sub-second precision, and a malformed value refused.
+func TestDelays(t *testing.T) {
+	transporttest.RunDelays(t, config(t), transporttest.Delays{SubSecond: true})
+}
+
 // TestFaults injects panics at every pipeline point (not in parallel: the
 // injector is process-wide).
 func TestFaults(t *testing.T) {

@@ -221,6 +221,12 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, kit(t))
 }
 
+// TestDelays checks that Watermill's delay metadata (components/delay) is
+// honoured with sub-second precision, and a malformed value refused.
+func TestDelays(t *testing.T) {
+	transporttest.RunDelays(t, kit(t), transporttest.Delays{SubSecond: true})
+}
+
 // TestFaults injects a panic at every pipeline point. The injector is
 // process-wide: this test must not run in parallel with others.
 func TestFaults(t *testing.T) {

@@ -299,8 +299,8 @@ type PublisherConfig struct {
 	// (1 MiB). URL: max_message_size.
 	MaxMessageSize int
 	// Delay delays every message by this much unless its metadata says
-	// otherwise (MetadataDelay, MetadataDeliverAt). Defaults to 0. URL:
-	// delay.
+	// otherwise (MetadataDelay, MetadataDeliverAt, or Watermill's
+	// components/delay keys). Defaults to 0. URL: delay.
 	Delay time.Duration
 	// TTL drops a message not delivered within this time of publishing
 	// (counted in Stats.Expired). Defaults to 0: never. URL: ttl.

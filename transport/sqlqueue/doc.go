@@ -102,8 +102,12 @@
 // queue is one round trip; a subscription recorded in this process
 // invalidates the cache at once, one recorded by another process is seen
 // within the TTL. Publisher.WithTx binds a publisher to the caller's
-// transaction (outbox). Metadata MetadataDelay / MetadataDeliverAt or
-// PublisherConfig.Delay delay a message; PublisherConfig.TTL expires it.
+// transaction (outbox). Metadata MetadataDelay / MetadataDeliverAt, or
+// Watermill's delay metadata (components/delay: delay.Message,
+// delay.NewPublisher), or PublisherConfig.Delay delay a message, to the
+// millisecond; Berth's keys win over Watermill's, and a malformed value
+// fails Publish with transport.ErrInvalidMessage naming the key.
+// PublisherConfig.TTL expires a message.
 //
 // # Wake-up
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/delaymeta"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -64,6 +65,9 @@ func FuzzHeadersRoundTrip(f *testing.F) {
 		for _, kv := range [][2]string{{k1, v1}, {k2, v2}} {
 			if kv[0] == MetadataDelay || kv[0] == MetadataDeliverAt {
 				continue // read by the publisher, not stored
+			}
+			if kv[0] == delaymeta.WatermillFor || kv[0] == delaymeta.WatermillUntil {
+				continue // read by the publisher, which refuses a malformed value
 			}
 			msg.Metadata.Set(kv[0], kv[1])
 		}

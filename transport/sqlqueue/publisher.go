@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/berth-go/berth/internal/delaymeta"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -235,27 +236,25 @@ func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queu
 	return qs, nil
 }
 
+// delayKeys are the publisher's own delay keys; internal/delaymeta reads
+// them and Watermill's (components/delay).
+var delayKeys = delaymeta.Keys{Delay: MetadataDelay, DeliverAt: MetadataDeliverAt}
+
 // rows encodes msgs, checking size and reading delays.
 func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 	rows := make([]InsertRow, 0, len(msgs))
+	now := time.Now()
 	for _, m := range msgs {
+		delay, set, err := delaymeta.Delay(m.Metadata, now, delayKeys)
+		if err != nil {
+			return nil, fmt.Errorf("sqlqueue: message %s: %w", m.UUID, err)
+		}
+		if !set {
+			delay = p.cfg.Delay
+		}
 		md := make(map[string]string, len(m.Metadata))
-		delay := p.cfg.Delay
 		for k, v := range m.Metadata {
-			switch k {
-			case MetadataDelay:
-				d, err := time.ParseDuration(v)
-				if err != nil || d < 0 {
-					return nil, fmt.Errorf("sqlqueue: message %s: metadata %s=%q is not a non-negative duration", m.UUID, k, v)
-				}
-				delay = d
-			case MetadataDeliverAt:
-				at, err := time.Parse(time.RFC3339Nano, v)
-				if err != nil {
-					return nil, fmt.Errorf("sqlqueue: message %s: metadata %s=%q is not an RFC 3339 time", m.UUID, k, v)
-				}
-				delay = max(time.Until(at), 0)
-			default:
+			if k != MetadataDelay && k != MetadataDeliverAt {
 				md[k] = v
 			}
 		}

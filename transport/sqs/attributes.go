@@ -27,7 +27,9 @@ const (
 	MetadataDeduplicationID = "berth_sqs_dedup_id"
 	// MetadataDelay is read on publish as the per-message delay, a Go
 	// duration ("30s") or whole seconds ("30"), at most 15 minutes, rounded
-	// up to a second. Standard queues only. It is not sent as an attribute.
+	// up to a second. Standard queues only. It wins over Watermill's delay
+	// metadata (components/delay), which is read too. It is not sent as an
+	// attribute.
 	MetadataDelay = "berth_sqs_delay"
 
 	// MetadataSQSMessageID is set on receive to the SQS message id.
@@ -62,6 +64,13 @@ const MaxAttributes = 10
 // ErrUndecodable wraps errors decoding a received message's attributes or
 // body; the pipeline dead-letters such deliveries.
 var ErrUndecodable = errors.New("sqs: undecodable message")
+
+// ErrDelayUnsupported is returned by Publish for a message whose delay
+// (MetadataDelay, or Watermill's components/delay metadata) SQS cannot
+// honour: over 15 minutes, on a FIFO queue (which takes no per-message
+// delay), or through SNS (which has none). The message is not sent: it is
+// never delivered early. The error names the message UUID and the limit.
+var ErrDelayUnsupported = errors.New("sqs: delay not supported")
 
 const stringType = "String"
 

@@ -52,6 +52,10 @@ const (
 	// DefaultMaxRequestBackoff caps the SDK retryer's backoff between
 	// attempts of one request.
 	DefaultMaxRequestBackoff = 2 * time.Second
+	// DefaultSubscriptionsTTL is how long a publisher through SNS reuses
+	// the answer to whether a topic has subscriptions: SNS allows 30
+	// ListSubscriptionsByTopic requests a second per account.
+	DefaultSubscriptionsTTL = 10 * time.Second
 	// DefaultMaxReceiveCount is the redrive policy's maxReceiveCount when a
 	// queue is created with a DeadLetterQueue: a backstop above the
 	// pipeline's DefaultMaxAttempts, which dead-letters with a reason first.
@@ -450,6 +454,34 @@ type PublisherConfig struct {
 	// to it gets a copy. Defaults to false. URL: sns.
 	SNS bool
 
+	// Groups declares consumer groups ahead of their subscribers: topic →
+	// group names, the key "*" standing for every topic. Before its first
+	// publish to a topic (once per publisher and topic), the publisher
+	// resolves each declared group's queue "<topic>-<group>" (creating it
+	// with Queue.Create) and subscribes it to the SNS topic, as a Subscriber
+	// with that ConsumerGroup does: the group then receives what is
+	// published from the first publish on, not only after its first
+	// Subscribe. Needs SNS. Defaults to none. URL: groups, topic:group
+	// pairs separated by commas (groups=orders:billing,*:audit).
+	Groups map[string][]string
+
+	// RequireSubscribers refuses to publish to an SNS topic that has no
+	// subscription, which SNS would accept and drop: Publish returns an
+	// error wrapping ErrNoSubscribers and sends nothing. Without it such
+	// messages are sent, counted in PublisherStats.NoSubscribers, and one
+	// warning is logged per topic. Needs SNS. Defaults to false. URL:
+	// require_subscribers.
+	RequireSubscribers bool
+
+	// SubscriptionsTTL is how long the publisher reuses the answer to
+	// whether an SNS topic has subscriptions (one ListSubscriptionsByTopic
+	// request per topic and TTL, never one per Publish). A subscription
+	// made in this process (Subscribe, SubscribeInitialize, Groups) is seen
+	// by the next Publish; one made elsewhere after at most the TTL.
+	// Negative asks on every Publish. Used with SNS only. Defaults to
+	// DefaultSubscriptionsTTL (10s). URL: subscriptions_ttl.
+	SubscriptionsTTL time.Duration
+
 	// PublishConcurrency bounds the concurrent batch requests of one
 	// Publish call and, with PublishLinger, the coalesced batch requests in
 	// flight per queue (or SNS topic). Defaults to
@@ -494,6 +526,9 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if c.SubscriptionsTTL == 0 {
+		c.SubscriptionsTTL = DefaultSubscriptionsTTL
+	}
 	if c.Queue.MaxReceiveCount == 0 {
 		c.Queue.MaxReceiveCount = DefaultMaxReceiveCount
 	}
@@ -520,6 +555,10 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.PublishLinger < 0 || c.PublishLinger > MaxPublishLinger {
 		errs = append(errs, fmt.Errorf("PublishLinger: must be 0 to %s, got %s", MaxPublishLinger, c.PublishLinger))
+	}
+	errs = append(errs, c.validateGroups()...)
+	if c.RequireSubscribers && !c.SNS {
+		errs = append(errs, errors.New("RequireSubscribers: needs SNS (a queue always keeps what is sent to it)"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", transport.ErrInvalidConfig, errors.Join(errs...))

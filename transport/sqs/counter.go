@@ -69,3 +69,12 @@ func (c *RequestCounter) Reset() {
 	c.n = nil
 	c.mu.Unlock()
 }
+
+// PublisherStats are a Publisher's counts since it was made.
+type PublisherStats struct {
+	// NoSubscribers counts the messages published through SNS to a topic
+	// that had no subscription: SNS dropped them, or, with
+	// PublisherConfig.RequireSubscribers, Publish refused them with
+	// ErrNoSubscribers.
+	NoSubscribers int64
+}

@@ -65,6 +65,21 @@
 // and the message UUID) and [MetadataDelay] (standard queues, up to 15m) set
 // the SQS fields of the same meaning and are not sent as attributes.
 //
+// # Delays
+//
+// A message's delay comes from [MetadataDelay] or, when it is not set, from
+// Watermill's components/delay metadata (delay.Message, delay.NewPublisher
+// with delay.WithContext), read as on every transport (sub-second for
+// delay.For). It becomes the message's DelaySeconds, rounded up to whole
+// seconds so that it is never delivered early (delay.For(1500ms) arrives
+// after 2s). SQS cannot honour every delay, and Publish refuses, with
+// [ErrDelayUnsupported] naming the message UUID and the limit, a delay over
+// 15 minutes, any delay on a FIFO queue (SQS rejects per-message
+// DelaySeconds there) and any delay through SNS (which has none): such a
+// message is not sent, never delivered at once. A delay already past is
+// none. A malformed value fails with [transport.ErrInvalidMessage] naming
+// the key.
+//
 // # Wire format and watermill-aws
 //
 // [WatermillAWSCodec] (codec=watermill-aws) reads and writes the format of
@@ -146,6 +161,24 @@
 // Subscribe or SubscribeInitialize; with Create, topics and queues are
 // created and the queue policy lets the topic send to the queue.
 //
+// A group receives what is published after its queue is subscribed (SNS
+// semantics): what was published before is not delivered to it. To
+// receive from the first publish, declare the groups on the publisher:
+// PublisherConfig.Groups (URL groups=orders:billing,*:audit, "*" for every
+// topic) makes the publisher, before its first publish to a topic, resolve
+// (with Create, create) each declared group's queue and subscribe it
+// exactly as a Subscriber of that group would. The berth CLI's migrate
+// command works on SQL transports only.
+//
+// SNS accepts a publish to a topic without any subscription and drops it.
+// The publisher asks ListSubscriptionsByTopic once per topic and
+// SubscriptionsTTL (10s; a subscription made in this process is seen at
+// once): messages published while a topic has none are counted in
+// [PublisherStats].NoSubscribers (Publisher.Stats) and one error-level log
+// line is written per topic; with RequireSubscribers (URL
+// require_subscribers=true) Publish sends nothing and returns
+// [ErrNoSubscribers] instead.
+//
 // # URLs
 //
 // The scheme "sqs" is registered for [transport.OpenPublisher] and
@@ -161,7 +194,8 @@
 // endpoint, secure, request_attempts, create, fifo, content_dedup,
 // max_message_size, dead_letter_queue, max_receive_count, sns, codec
 // (berth, watermill-aws). Publisher:
-// publish_concurrency, publish_linger. Subscriber: consumer_group, wait_time,
+// publish_concurrency, publish_linger, groups, require_subscribers,
+// subscriptions_ttl. Subscriber: consumer_group, wait_time,
 // visibility_timeout, settle_interval and the pipeline's (concurrency,
 // buffer, max_attempts, retry_delay, …). One URL serves both sides: each
 // side accepts the other side's parameters (checked, then ignored), so a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/berth-go/berth/internal/delaymeta"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -37,6 +37,10 @@ type Publisher struct {
 	wg     sync.WaitGroup
 
 	coalescers coalescers // with PublishLinger: one per queue or SNS topic
+
+	declarer      *declarer   // PublisherConfig.Groups
+	subscribed    *subscribed // with SNS: whether topics have subscriptions
+	noSubscribers atomic.Int64
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -59,7 +63,7 @@ func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Publisher{
+	p := &Publisher{
 		cfg:    cfg,
 		api:    api,
 		sns:    snsAPI,
@@ -67,6 +71,14 @@ func newPublisher(api API, snsAPI SNSAPI, cfg PublisherConfig, logger watermill.
 		topics: newTopics(snsAPI, cfg.Queue),
 		logger: logger,
 	}
+	p.declarer = newDeclarer(api, p.topics, cfg, logger)
+	p.subscribed = &subscribed{api: snsAPI, ttl: cfg.SubscriptionsTTL, topics: map[string]subscribedEntry{}}
+	return p
+}
+
+// Stats returns the publisher's counts.
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{NoSubscribers: p.noSubscribers.Load()}
 }
 
 // MessagingSystem returns the messaging.system of the publisher's
@@ -166,15 +178,21 @@ func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fi
 		return nil, fail(fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
 	}
 	o := &outgoing{msg: m, e: e}
-	if v := m.Metadata.Get(MetadataDelay); v != "" {
-		d, err := parseDelay(v)
-		if err != nil {
-			return nil, fail(err)
+	d, _, err := delaymeta.Delay(m.Metadata, time.Now(), delayKeys)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if d > 0 {
+		switch {
+		case !delayOK:
+			return nil, fail(fmt.Errorf("%w: a delay of %s through SNS, which has no per-message delay", ErrDelayUnsupported, d))
+		case fifo:
+			return nil, fail(fmt.Errorf("%w: a delay of %s on a FIFO queue, which takes no per-message delay", ErrDelayUnsupported, d))
+		case d > maxDelay:
+			return nil, fail(fmt.Errorf("%w: a delay of %s exceeds SQS's limit of %s", ErrDelayUnsupported, d, maxDelay))
 		}
-		if d > 0 && (fifo || !delayOK) {
-			return nil, fail(fmt.Errorf("metadata %s: per-message delay is not supported on FIFO queues or SNS", MetadataDelay))
-		}
-		o.delay = d
+		// Whole seconds, rounded up: never delivered early.
+		o.delay = seconds(d, maxDelay)
 	}
 	if fifo {
 		o.group = m.Metadata.Get(MetadataGroupID)
@@ -194,21 +212,9 @@ func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fi
 	return o, nil
 }
 
-// parseDelay reads MetadataDelay: a Go duration or whole seconds.
-func parseDelay(v string) (int32, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		n, nerr := strconv.Atoi(v)
-		if nerr != nil {
-			return 0, fmt.Errorf("metadata %s: %q is neither a duration (30s) nor seconds (30)", MetadataDelay, v)
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d < 0 || d > maxDelay {
-		return 0, fmt.Errorf("metadata %s: %s is not within 0 to 15m", MetadataDelay, d)
-	}
-	return seconds(d, maxDelay), nil
-}
+// delayKeys is the publisher's own delay key; internal/delaymeta reads it
+// and Watermill's (components/delay).
+var delayKeys = delaymeta.Keys{Delay: MetadataDelay, DelaySeconds: true}
 
 // pack groups outs, in order, into batches of at most maxBatch messages and
 // maxBytes bytes.

@@ -40,6 +40,7 @@ type SNSAPI interface {
 	ListTopics(ctx context.Context, in *awssns.ListTopicsInput, opts ...func(*awssns.Options)) (*awssns.ListTopicsOutput, error)
 	Subscribe(ctx context.Context, in *awssns.SubscribeInput, opts ...func(*awssns.Options)) (*awssns.SubscribeOutput, error)
 	PublishBatch(ctx context.Context, in *awssns.PublishBatchInput, opts ...func(*awssns.Options)) (*awssns.PublishBatchOutput, error)
+	ListSubscriptionsByTopic(ctx context.Context, in *awssns.ListSubscriptionsByTopicInput, opts ...func(*awssns.Options)) (*awssns.ListSubscriptionsByTopicOutput, error)
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssns "github.com/aws/aws-sdk-go-v2/service/sns"
@@ -121,6 +122,7 @@ func (t *topics) subscribe(ctx context.Context, sqsAPI API, topicARN string, q *
 	}); err != nil {
 		return fmt.Errorf("sqs: subscribe %s to SNS topic %s: %w", q.name, topicARN, err)
 	}
+	snsSubscriptionsGen.Add(1)
 	t.mu.Lock()
 	t.subs[key] = true
 	t.mu.Unlock()
@@ -133,6 +135,27 @@ func (p *Publisher) publishSNS(ctx context.Context, topic string, msgs []*messag
 	arn, err := p.topics.resolve(ctx, name)
 	if err != nil {
 		return fmt.Errorf("sqs: publish to %s: %w", topic, err)
+	}
+	if gs := p.cfg.groupsOf(topic); len(gs) > 0 {
+		if err := p.declarer.declare(ctx, topic, gs); err != nil {
+			return fmt.Errorf("sqs: publish to %s: %w", topic, err)
+		}
+	}
+	has, warn, err := p.subscribed.check(ctx, arn)
+	if err != nil {
+		return fmt.Errorf("sqs: publish to %s: %w", topic, err)
+	}
+	if !has {
+		p.noSubscribers.Add(int64(len(msgs)))
+		if p.cfg.RequireSubscribers {
+			return fmt.Errorf("sqs: publish %d message(s) to %s: %w: SNS topic %s (RequireSubscribers)", len(msgs), topic, ErrNoSubscribers, arn)
+		}
+		if warn {
+			// Once per topic, until it has a subscription again; the
+			// messages are counted in Stats().NoSubscribers.
+			p.logger.Error("Publishing to an SNS topic without subscriptions: SNS drops these messages (declare consumer groups with PublisherConfig.Groups, or set RequireSubscribers)",
+				ErrNoSubscribers, watermill.LogFields{"topic": topic, "sns_topic": arn})
+		}
 	}
 	if len(msgs) == 1 && p.cfg.PublishLinger > 0 {
 		return p.publishTopicOne(topic, name, arn, msgs[0])

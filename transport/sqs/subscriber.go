@@ -84,16 +84,29 @@ type Subscriber struct {
 
 // queueName is the queue a topic is consumed from.
 func (o *opener) queueName(topic string) string {
-	if o.cfg.ConsumerGroup != "" {
-		return o.cfg.Queue.name(topic + "-" + o.cfg.ConsumerGroup)
+	return o.cfg.Queue.groupName(topic, o.cfg.ConsumerGroup)
+}
+
+// groupName is the queue consumer group group consumes topic from:
+// "<topic>-<group>", or the topic's own queue for group "".
+func (c QueueConfig) groupName(topic, group string) string {
+	if group != "" {
+		return c.name(topic + "-" + group)
 	}
-	return o.cfg.Queue.name(topic)
+	return c.name(topic)
 }
 
 // prepare resolves (or creates) the topic's queue and dead-letter queue and,
 // in SNS mode, subscribes the queue to the SNS topic.
 func (o *opener) prepare(ctx context.Context, topic string) (q, dlq *queue, err error) {
-	q, err = o.queues.resolve(ctx, o.queueName(topic), true)
+	return o.prepareGroup(ctx, topic, o.cfg.ConsumerGroup)
+}
+
+// prepareGroup is prepare for consumer group group's queue: what a
+// Subscriber with that ConsumerGroup does on Subscribe, and what a
+// Publisher does for the groups it declares (PublisherConfig.Groups).
+func (o *opener) prepareGroup(ctx context.Context, topic, group string) (q, dlq *queue, err error) {
+	q, err = o.queues.resolve(ctx, o.cfg.Queue.groupName(topic, group), true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -102,7 +115,7 @@ func (o *opener) prepare(ctx context.Context, topic string) (q, dlq *queue, err 
 			return nil, nil, fmt.Errorf("sqs: dead-letter queue: %w", err)
 		}
 	}
-	if o.cfg.usesSNS() {
+	if o.cfg.usesSNS() || group != "" {
 		arn, err := o.topics.resolve(ctx, o.cfg.Queue.name(topic))
 		if err != nil {
 			return nil, nil, err

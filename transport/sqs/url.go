@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -60,6 +62,32 @@ func parseClient(u *url.URL, p *urlparam.Params, c *ClientConfig, q *QueueConfig
 func parsePublisher(p *urlparam.Params, cfg *PublisherConfig) {
 	cfg.PublishConcurrency = p.Int("publish_concurrency", 0, 1, 1024)
 	cfg.PublishLinger = p.Duration("publish_linger", 0, 0, MaxPublishLinger)
+	cfg.Groups = parseGroups(p, "groups")
+	cfg.RequireSubscribers = p.Bool("require_subscribers", false)
+	cfg.SubscriptionsTTL = p.Duration("subscriptions_ttl", 0, -1, time.Hour)
+}
+
+// parseGroups reads topic:group pairs separated by commas
+// ("orders:billing,*:audit") into PublisherConfig.Groups; a topic may hold
+// ':' (the group is after the last one).
+func parseGroups(p *urlparam.Params, name string) map[string][]string {
+	v := p.String(name, "")
+	if v == "" {
+		return nil
+	}
+	groups := map[string][]string{}
+	for _, pair := range strings.Split(v, ",") {
+		i := strings.LastIndexByte(pair, ':')
+		if i <= 0 || i == len(pair)-1 {
+			p.Fail(name, "%q is not topic:group (a topic, or * for every topic, then a group)", pair)
+			continue
+		}
+		topic, group := pair[:i], pair[i+1:]
+		if !slices.Contains(groups[topic], group) {
+			groups[topic] = append(groups[topic], group)
+		}
+	}
+	return groups
 }
 
 // parseSubscriber reads the subscriber's own parameters into cfg, the
