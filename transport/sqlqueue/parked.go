@@ -115,3 +115,17 @@ func (s *Source) PruneParked(ctx context.Context) (int, error) {
 func (s *Source) pruneEvery() time.Duration {
 	return max(s.cfg.SweepInterval, min(time.Minute, s.cfg.ParkedRetention/10))
 }
+
+// RegisterGroup registers consumer group of topic on db, as a subscriber's
+// SubscribeInitialize does: the shared tables and the group's queue table
+// are created or upgraded (unless t.ManualSchema), the subscription is
+// recorded, and on the group's first registration the messages parked in
+// the topic's default queue are copied to it (see the package
+// documentation, Consumer groups). From then on every Publish to topic
+// reaches the group. With group "" it creates the default queue only: a
+// default queue is read by a Subscribe without a group, not registered.
+// For tools (berth migrate --queue topic:group).
+func RegisterGroup(ctx context.Context, d Dialect, db *sql.DB, t Tables, topic, group string) error {
+	e := newEngine(db, d, t)
+	return e.ensureQueue(ctx, e.queue(topic, group), group != "")
+}
