@@ -487,3 +487,7 @@ func (p *Publisher) Close() error {
 	})
 	return err
 }
+
+// ParkedMessages returns Stats().Parked: the messages parked so far (see
+// the package documentation, Consumer groups), for telemetry.Parker.
+func (p *Publisher) ParkedMessages() int64 { return p.e.ctrs.parked.Load() }
