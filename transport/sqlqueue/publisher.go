@@ -29,7 +29,9 @@ const (
 // Publish call inserts all its messages, into the queue of every consumer
 // group subscribed to the topic, with one multi-row INSERT per queue, in
 // one transaction when there are several. A topic nobody subscribed to yet
-// keeps its messages in its default (no-group) queue.
+// parks its messages in its default (no-group) queue, for the consumer
+// groups registered later (see the package documentation, Consumer
+// groups).
 type Publisher struct {
 	e      *engine
 	cfg    PublisherConfig
