@@ -26,7 +26,7 @@ type publisher struct {
 	system attribute.KeyValue
 	sent   metric.Int64Counter
 	dur    metric.Float64Histogram
-	topics sync.Map // topic → *topicAttrs
+	topics sync.Map            // topic → *topicAttrs
 	parked metric.Registration // nil unless next is a Parker
 }
 
