@@ -239,9 +239,13 @@ func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic 
 	var (
 		queues []Queue
 		parked bool
+		quiet  []Queue // queues whose insert left its notification out
 	)
+	gen, at := subscriptionsGen.Load(), time.Now() // before the read, as targets does
 	err := p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
-		return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+		var tickets []ticket // the notification gate's, one per queue
+		quiet = nil
+		err := inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
 			if _, err := lockAcquired(ctx, tx, &p.e.ctrs.other, pd.SharedLock(p.e.topicLockKey(topic))); err != nil {
 				return fmt.Errorf("topic lock: %w", err)
 			}
@@ -255,11 +259,24 @@ func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic 
 			}
 			var stmts []Stmt
 			for _, q := range queues {
-				stmts = append(stmts, p.e.d.Insert(q, rows)...)
+				if p.gate == nil {
+					stmts = append(stmts, p.e.d.Insert(q, rows)...)
+					continue
+				}
+				notify, tk := p.gate.begin(q)
+				tickets = append(tickets, tk)
+				if !notify {
+					quiet = append(quiet, q)
+				}
+				stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
 			}
 			_, err = runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
 			return err
 		})
+		for _, tk := range tickets {
+			p.gate.end(tk, err == nil)
+		}
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
@@ -268,12 +285,13 @@ func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic 
 	if parked {
 		p.parkedCount(topic, len(rows))
 	} else {
-		p.cache(topic, subsEntry{queues: queues, at: time.Now(), gen: subscriptionsGen.Load()})
+		p.cache(topic, subsEntry{queues: queues, at: at, gen: gen})
 	}
 	if _, remote := p.e.d.(Notifier); !remote {
-		for _, q := range queues {
-			localWake.notify(wakeKey{p.e.db, q.Name})
-		}
+		quiet = queues
+	}
+	for _, q := range quiet {
+		localWake.notify(wakeKey{p.e.db, q.Name})
 	}
 	return nil
 }
