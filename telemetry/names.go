@@ -40,6 +40,7 @@ const (
 	// consumer side (Observer), for receive and settle calls.
 	MetricSentMessages      = "messaging.client.sent.messages"      // {message}
 	MetricOperationDuration = "messaging.client.operation.duration" // s: one Publish, receive or settlement call
+	MetricParked            = "berth.publish.parked"                // {message}: parked for consumer groups registered later (Parker)
 )
 
 // operationDurationDesc is the semantic conventions' description of

@@ -26,7 +26,16 @@ type publisher struct {
 	system attribute.KeyValue
 	sent   metric.Int64Counter
 	dur    metric.Float64Histogram
-	topics sync.Map // topic → *topicAttrs
+	topics sync.Map            // topic → *topicAttrs
+	parked metric.Registration // nil unless next is a Parker
+}
+
+// Parker is implemented by publishers that park messages published to a
+// topic with no subscription (sqlqueue.Publisher, mem.Publisher): they
+// wait in the topic's default queue for consumer groups registered later.
+// ParkedMessages is the running count.
+type Parker interface {
+	ParkedMessages() int64
 }
 
 // Publisher returns pub instrumented with OpenTelemetry. Each Publish call
@@ -41,6 +50,9 @@ type publisher struct {
 // Context()), injects each message's own, and the send span, then of kind
 // client, links to all of them with messaging.batch.message_count, as the
 // messaging semantic conventions describe for batches.
+//
+// When pub is a Parker, the observable counter berth.publish.parked reports
+// its parked messages (with messaging.system) until Close.
 //
 // messaging.system is Config.System, else what pub names (every Berth
 // publisher implements SystemNamer: aws_sqs, aws.sns, berth.postgres, …),
@@ -67,6 +79,19 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		metric.WithDescription(operationDurationDesc),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	errs = append(errs, err)
+	if pk, ok := pub.(Parker); ok {
+		c, err := m.Int64ObservableCounter(MetricParked, metric.WithUnit("{message}"),
+			metric.WithDescription("Messages published to a topic with no subscription, parked for consumer groups registered later."))
+		errs = append(errs, err)
+		if err == nil {
+			set := metric.WithAttributeSet(attribute.NewSet(p.system))
+			p.parked, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+				o.ObserveInt64(c, pk.ParkedMessages(), set)
+				return nil
+			}, c)
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		// The API returns usable (no-op) instruments with an error; report
 		// it the OpenTelemetry way rather than failing the publisher.
@@ -186,7 +211,12 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // Close implements message.Publisher.
-func (p *publisher) Close() error { return p.next.Close() }
+func (p *publisher) Close() error {
+	if p.parked != nil {
+		_ = p.parked.Unregister()
+	}
+	return p.next.Close()
+}
 
 // MessagingSystem implements SystemNamer.
 func (p *publisher) MessagingSystem() string { return p.system.Value.AsString() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/berth-go/berth/telemetry"
 	"github.com/berth-go/berth/transport"
+	"github.com/berth-go/berth/transport/sqlite"
 )
 
 type failingPublisher struct{ err error }
@@ -201,5 +203,31 @@ func TestGlobalPropagatorReadWhenUsed(t *testing.T) {
 	}
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		t.Error("no consumer span")
+	}
+}
+
+// A SQL publisher's parked messages (published to a topic with no
+// subscription) are reported as berth.publish.parked, until Close.
+func TestPublisherParked(t *testing.T) {
+	r := newRig(t)
+	inner, err := sqlite.NewPublisher(sqlite.PublisherConfig{DSN: filepath.Join(t.TempDir(), "parked.db")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := telemetry.Publisher(inner, r.config())
+	for i := range 3 {
+		if err := pub.Publish("orders", message.NewMessage(fmt.Sprint(i), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rm := r.collect(t)
+	if v, _, ok := value(rm, telemetry.MetricParked, semconv.MessagingSystemKey.String(sqlite.MessagingSystem)); !ok || v != 3 {
+		t.Errorf("%s = %v (found %v), want 3", telemetry.MetricParked, v, ok)
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := value(r.collect(t), telemetry.MetricParked); ok {
+		t.Errorf("%s still reported after Close", telemetry.MetricParked)
 	}
 }

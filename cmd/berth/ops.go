@@ -32,7 +32,11 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 Creates Berth's tables in a SQL database, or upgrades them to this build's
 schema version, under the same cluster-wide lock that starting subscribers
 take (safe while services run). The queue table of every subscription is
-created or upgraded too, and of each --queue given.
+created or upgraded too, and of each --queue given. --queue TOPIC:GROUP also
+registers the consumer group, as its subscribers will: from then on every
+publish to TOPIC reaches GROUP, and the messages parked so far (published
+while TOPIC had no subscription) are copied to it. --queue TOPIC creates the
+default queue only.
 
 With --print, nothing is changed: the DDL script is written to stdout for
 DBAs who apply schema by hand (then run services with manual_schema=true).
@@ -40,7 +44,7 @@ DBAs who apply schema by hand (then run services with manual_schema=true).
 	u := fs.String("url", envURL(), "SQL transport URL (postgres://, sqlite://, sqlserver://); default $BERTH_URL")
 	print := fs.Bool("print", false, "print the DDL instead of applying it")
 	var queues multi
-	fs.Var(&queues, "queue", "also create the queue table of TOPIC[:GROUP] (repeatable)")
+	fs.Var(&queues, "queue", "also create the queue table of TOPIC[:GROUP] and register GROUP, copying the topic's parked messages to it (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -91,7 +95,9 @@ dead-lettered. SQL: every queue table (subscribed or found by its prefix),
 counted by state, and the error table's rows per queue. SQS: the
 approximate counts of every queue (optionally under --prefix) and of its
 dead-letter queue. PAUSED says which SQL queues are paused fleet-wide
-(berth pause).`, stderr)
+(berth pause). GROUP (parked) marks a topic's default queue that no default
+reader subscribed to: its messages, published while the topic had no
+subscription, wait there for consumer groups registered later.`, stderr)
 	u := fs.String("url", envURL(), "transport URL; default $BERTH_URL")
 	prefix := fs.String("prefix", "", "SQS: only queues whose name starts with this")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -147,7 +153,11 @@ dead-letter queue. PAUSED says which SQL queues are paused fleet-wide
 		if q.Paused {
 			paused = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", name, dash(q.Topic), dash(q.Group), q.Ready, q.Delayed, q.InFlight, dead, paused)
+		group := dash(q.Group)
+		if q.Parked {
+			group = "(parked)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n", name, dash(q.Topic), group, q.Ready, q.Delayed, q.InFlight, dead, paused)
 	}
 	return tw.Flush()
 }

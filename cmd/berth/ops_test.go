@@ -10,9 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/testenv"
 	"github.com/berth-go/berth/transport/postgres"
+	"github.com/berth-go/berth/transport/sqlite"
 )
 
 // deadLetters lists the dead letters as JSON.
@@ -353,5 +357,44 @@ func mustRunSettled(t *testing.T, u, want string, args ...string) string {
 			t.Fatalf("berth %s: exit %d, want %q\nstderr: %s\nstdout: %s", strings.Join(args, " "), code, want, errs, out)
 		}
 		time.Sleep(500 * time.Millisecond) // polling interval
+	}
+}
+
+// Messages published to a topic nobody subscribed to are parked (berth
+// queues marks the default queue); berth migrate --queue topic:group
+// registers the groups, which then hold the parked messages and every one
+// published after, before any of their subscribers started.
+func TestMigrateQueueRegistersGroupSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "groups.db")
+	u := "sqlite://" + path
+	pub, err := sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	publish := func(n int) {
+		for range n {
+			if err := pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("x"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(5)
+	if q := queueStats(t, u)["berth_q_orders"]; !q.Parked || q.Topic != "orders" || q.Ready != 5 {
+		t.Fatalf("queues --json: default queue %+v, want parked with 5 ready", q)
+	}
+	if out := mustRun(t, "queues", "--url", u); !strings.Contains(out, "(parked)") {
+		t.Fatalf("queues does not mark the parked default queue:\n%s", out)
+	}
+	mustRun(t, "migrate", "--url", u, "--queue", "orders:billing", "--queue", "orders:shipping", "--queue", "orders")
+	publish(3)
+	qs := queueStats(t, u)
+	for _, name := range []string{"berth_q_orders__billing", "berth_q_orders__shipping"} {
+		if q := qs[name]; q.Ready != 8 || q.Parked {
+			t.Errorf("queue %s after migrate --queue: %+v, want 8 ready, not parked", name, q)
+		}
+	}
+	if q := qs["berth_q_orders"]; !q.Parked || q.Ready != 5 {
+		t.Errorf("default queue after the groups registered: %+v, want its 5 parked messages only", q)
 	}
 }

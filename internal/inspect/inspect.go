@@ -38,6 +38,11 @@ type QueueStats struct {
 	// the paused table; see SQL.Pause); PausedBy says who or why.
 	Paused   bool   `json:",omitempty"`
 	PausedBy string `json:",omitempty"`
+	// Parked is true for a topic's default queue that no default reader
+	// subscribed to (SQL): its messages, published while the topic had no
+	// subscription, wait there for consumer groups registered later (see
+	// package sqlqueue, Consumer groups).
+	Parked bool `json:",omitempty"`
 }
 
 // DeadLetter is one dead-lettered message.

@@ -273,7 +273,9 @@ func (s *SQL) Version(ctx context.Context) (have, want int, err error) {
 // Migrate creates the shared tables or upgrades them to this build's
 // version under the cluster-wide schema lock (as a starting subscriber
 // does), then creates or upgrades the queue table of every subscription
-// and of each (topic, group) pair in queues. It returns the versions before
+// and of each (topic, group) pair in queues, and registers each pair's
+// consumer group (a pair without a group only creates the topic's default
+// queue): see sqlqueue.RegisterGroup. It returns the versions before
 // and after. The SQL Server session is checked first.
 func (s *SQL) Migrate(ctx context.Context, queues ...sqlqueue.QueueRef) (from, to int, err error) {
 	if c, ok := s.Dialect.(sqlqueue.SessionChecker); ok {
@@ -359,6 +361,16 @@ func (s *SQL) Migrate(ctx context.Context, queues ...sqlqueue.QueueRef) (from, t
 		})
 		if err != nil {
 			return from, want, fmt.Errorf("migrate queue %s: %w", q.Name, err)
+		}
+	}
+	for _, q := range queues {
+		if q.ConsumerGroup == "" {
+			continue
+		}
+		// Registered as its subscribers will be, with the parked messages
+		// copied: from now on every publish reaches the group.
+		if err := sqlqueue.RegisterGroup(ctx, s.Dialect, s.DB, s.Tables, q.Topic, q.ConsumerGroup); err != nil {
+			return from, want, fmt.Errorf("migrate: register group %q of topic %q: %w", q.ConsumerGroup, q.Topic, err)
 		}
 	}
 	return from, want, nil
@@ -503,6 +515,7 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 			queues[t] = s.queueByName(t)
 		}
 	}
+	parked := s.parkedQueues(subs, queues)
 	dead, err := s.deadCounts(ctx)
 	if err != nil {
 		return nil, err
@@ -517,7 +530,7 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(countParallel)
 	for name, q := range queues {
-		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name].n, DeadLetteredMore: dead[name].more}
+		st := &QueueStats{Queue: name, Topic: q.Topic, Group: q.Group, DeadLettered: dead[name].n, DeadLetteredMore: dead[name].more, Parked: parked[name]}
 		byName[name] = st
 		if !existing[name] {
 			st.Missing = true
@@ -539,6 +552,43 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out, s.markPaused(ctx, out)
+}
+
+// parkedQueues finds, among queues (by table name; their topics filled in
+// where found), the default queues no default reader subscribed to: the
+// messages there are parked for consumer groups registered later (see
+// package sqlqueue, Consumer groups). A default queue's topic is known
+// from the subscriptions of its groups, or read back from a plain table
+// name (prefix + "q_" + topic); a hashed name of a topic nobody
+// subscribed to is not recognised.
+func (s *SQL) parkedQueues(subs []sqlqueue.Queue, queues map[string]sqlqueue.Queue) map[string]bool {
+	subscribed := map[string]bool{}
+	defaults := map[string]string{} // default queue name → topic
+	for _, q := range subs {
+		subscribed[q.Name] = true
+		defaults[sqlqueue.QueueFor(s.Dialect, s.Tables, q.Topic, "").Name] = q.Topic
+	}
+	prefix := s.Tables.Prefix
+	if prefix == "" {
+		prefix = sqlqueue.DefaultTablePrefix
+	}
+	parked := map[string]bool{}
+	for name, q := range queues {
+		if subscribed[name] {
+			continue
+		}
+		topic, ok := defaults[name]
+		if raw, plain := strings.CutPrefix(name, prefix+"q_"); !ok && plain && !strings.Contains(raw, "__") &&
+			sqlqueue.QueueTableName(prefix, raw, "") == name {
+			topic, ok = raw, true
+		}
+		if ok {
+			q.Topic, q.Group = topic, ""
+			queues[name] = q
+			parked[name] = true
+		}
+	}
+	return parked
 }
 
 // countParallel is how many queues Queues counts at once.

@@ -5,6 +5,8 @@
 package sqlurl
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-go/berth/internal/pipeurl"
@@ -24,7 +26,7 @@ func Tables(p *urlparam.Params, t *sqlqueue.Tables) {
 // Subscriber reads the subscriber's URL parameters from p: the pipeline's
 // (see pipeurl.Parse), the tables', and consumer_group,
 // lease, fetch_timeout, sweep_interval, wake_debounce, idle_probe_max,
-// settle_linger, ack_hold, fleet_interval. One URL serves both sides, so the
+// settle_linger, ack_hold, fleet_interval, parked_retention. One URL serves both sides, so the
 // publisher's parameters (see Publisher) are accepted too: checked, then
 // ignored.
 // Dialect drivers call it; problems are recorded in p.
@@ -45,10 +47,12 @@ func subscriber(p *urlparam.Params, c *sqlqueue.SubscriberConfig) {
 	c.SettleLinger = p.Duration("settle_linger", c.SettleLinger, -1, time.Second)
 	c.AckHold = p.Duration("ack_hold", c.AckHold, -1, time.Second)
 	c.FleetInterval = p.Duration("fleet_interval", c.FleetInterval, 0, time.Hour)
+	c.ParkedRetention = p.Duration("parked_retention", c.ParkedRetention, -10*365*24*time.Hour, 10*365*24*time.Hour)
 }
 
 // Publisher reads the publisher's URL parameters from p: the tables', and
-// max_message_size, delay, ttl, subscriptions_ttl, notify_window. One URL
+// max_message_size, delay, ttl, subscriptions_ttl, notify_window, groups
+// (topic:group pairs separated by commas, see Groups). One URL
 // serves both sides, so the subscriber's parameters (see
 // Subscriber) are accepted too: checked, then ignored.
 func Publisher(p *urlparam.Params, c *sqlqueue.PublisherConfig) {
@@ -63,4 +67,25 @@ func publisher(p *urlparam.Params, c *sqlqueue.PublisherConfig) {
 	c.TTL = p.Duration("ttl", c.TTL, 0, 365*24*time.Hour)
 	c.SubscriptionsTTL = p.Duration("subscriptions_ttl", c.SubscriptionsTTL, -1, time.Hour)
 	c.NotifyWindow = p.Duration("notify_window", c.NotifyWindow, -1, time.Second)
+	if p.Has("groups") {
+		c.Groups = Groups(p, p.String("groups", ""))
+	}
+}
+
+// Groups reads topic:group pairs separated by commas (the groups
+// parameter, the syntax of berth migrate --queue) into a map from topic to
+// groups; topic "*" is every topic. Problems are recorded in p.
+func Groups(p *urlparam.Params, s string) map[string][]string {
+	m := map[string][]string{}
+	for _, pair := range strings.Split(s, ",") {
+		topic, group, ok := strings.Cut(strings.TrimSpace(pair), ":")
+		if !ok || topic == "" || group == "" {
+			p.Fail("groups", "%q is not topic:group", pair)
+			continue
+		}
+		if !slices.Contains(m[topic], group) {
+			m[topic] = append(m[topic], group)
+		}
+	}
+	return m
 }

@@ -2,6 +2,7 @@ package sqlurl
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,33 @@ func TestPublisherReadsItsOwn(t *testing.T) {
 	Publisher(p, &c)
 	if err := p.Err(); err != nil || c.NotifyWindow != 5*time.Millisecond || c.Tables.Prefix != "x_" {
 		t.Fatalf("got NotifyWindow %s, Prefix %q, err %v", c.NotifyWindow, c.Tables.Prefix, err)
+	}
+}
+
+// groups= declares topic:group pairs ("*" for every topic); a pair without
+// both halves is refused naming the parameter; parked_retention is the
+// subscriber's, negative allowed.
+func TestGroupsAndParkedRetention(t *testing.T) {
+	var c sqlqueue.PublisherConfig
+	p := urlparam.New(url.Values{"groups": {"orders:billing,orders:shipping, *:audit,orders:billing"}})
+	Publisher(p, &c)
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Groups; len(got) != 2 || len(got["orders"]) != 2 || got["orders"][1] != "shipping" || len(got["*"]) != 1 || got["*"][0] != "audit" {
+		t.Fatalf("Groups = %v", got)
+	}
+	for _, bad := range []string{"orders", "orders:", ":billing", "a:b,,c:d"} {
+		p := urlparam.New(url.Values{"groups": {bad}})
+		Publisher(p, new(sqlqueue.PublisherConfig))
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), `"groups"`) {
+			t.Errorf("groups=%q: err %v, want one naming groups", bad, err)
+		}
+	}
+	var s sqlqueue.SubscriberConfig
+	p = urlparam.New(url.Values{"parked_retention": {"-1s"}, "groups": {"t:g"}})
+	Subscriber(p, &s)
+	if err := p.Err(); err != nil || s.ParkedRetention != -time.Second {
+		t.Fatalf("ParkedRetention %s, err %v", s.ParkedRetention, err)
 	}
 }

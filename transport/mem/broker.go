@@ -98,6 +98,11 @@ type queue struct {
 	keys   map[string][]int64
 	dead   []DeadLetter
 	wakers map[chan struct{}]struct{}
+	// read: a default reader opened this default queue (or Ensure
+	// registered one); until then it parks (see Broker.Publish).
+	read bool
+	// parked counts the messages parked in this default queue.
+	parked int
 }
 
 func newQueue() *queue {
@@ -136,25 +141,71 @@ func (q *queue) signal() {
 	}
 }
 
-func (b *Broker) queue(topic, group string) *queue {
+// group returns the queues of topic, created with its default queue.
+func (b *Broker) group(topic string) map[string]*queue {
 	g, ok := b.topics[topic]
 	if !ok {
 		g = map[string]*queue{"": newQueue()}
 		b.topics[topic] = g
 	}
+	return g
+}
+
+// queue registers a reader of (topic, group) and returns its queue: a
+// default reader (group "") marks the default queue read; a consumer
+// group's queue, when new, receives a copy of the messages parked in the
+// default queue while nobody read it.
+func (b *Broker) queue(topic, group string) *queue {
+	g := b.group(topic)
 	q, ok := g[group]
 	if !ok {
 		q = newQueue()
 		g[group] = q
+		if dq := g[""]; !dq.read {
+			b.copyParked(dq, q)
+		}
+	}
+	if group == "" {
+		q.read = true
 	}
 	return q
 }
 
-// Publish copies msgs into the topic's default queue and every consumer
-// group's queue. A message is first delivered when its delay metadata says
-// (see the package documentation, "Delays"); a malformed delay is read as
-// none here, Publisher.Publish refuses it.
-func (b *Broker) Publish(topic string, msgs ...*message.Message) {
+// copyParked copies the entries of dq, a default queue nobody read (all
+// of them ready: parked), into q, in publish order.
+func (b *Broker) copyParked(dq, q *queue) {
+	for _, seq := range slices.Sorted(maps.Keys(dq.entries)) {
+		p := dq.entries[seq]
+		e := &entry{seq: b.seq.Add(1), key: p.key, uuid: p.uuid, payload: p.payload, metadata: p.metadata, due: p.due}
+		if e.key != "" {
+			q.keys[e.key] = append(q.keys[e.key], e.seq)
+		}
+		q.entries[e.seq] = e
+		q.order = append(q.order, e.seq)
+	}
+}
+
+// peek returns the queue of (topic, group) without registering anything:
+// an empty one when there is none.
+func (b *Broker) peek(topic, group string) *queue {
+	if q, ok := b.topics[topic][group]; ok {
+		return q
+	}
+	return newQueue()
+}
+
+// Publish copies msgs into the queue of every consumer group of the topic,
+// and into its default queue when a default reader ever opened it (a
+// Subscribe without a group, or Ensure(topic, "")) or when the topic has
+// no consumer group: then the messages are parked there, and every
+// consumer group created later receives a copy of those still there. A
+// message is first delivered when its delay metadata says (see the package
+// documentation, "Delays"); a malformed delay is read as none here,
+// Publisher.Publish refuses it.
+func (b *Broker) Publish(topic string, msgs ...*message.Message) { b.publish(topic, msgs) }
+
+// publish is Publish, returning how many messages it parked.
+func (b *Broker) publish(topic string, msgs []*message.Message) int {
 	now := time.Now()
 	due := make([]time.Time, len(msgs))
 	for i, m := range msgs {
@@ -163,8 +214,12 @@ func (b *Broker) Publish(topic string, msgs ...*message.Message) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.queue(topic, "")
-	for _, q := range b.topics[topic] {
+	g := b.group(topic)
+	parked := len(g) == 1 && !g[""].read
+	for group, q := range g {
+		if group == "" && !q.read && !parked {
+			continue
+		}
 		for i, m := range msgs {
 			e := &entry{
 				seq:      b.seq.Add(1),
@@ -182,10 +237,17 @@ func (b *Broker) Publish(topic string, msgs ...*message.Message) {
 		}
 		q.signal()
 	}
+	if !parked {
+		return 0
+	}
+	g[""].parked += len(msgs)
+	return len(msgs)
 }
 
-// Ensure creates the queue for (topic, group) so that later publishes reach
-// it.
+// Ensure registers a reader of (topic, group), as a subscriber's
+// SubscribeInitialize does: later publishes reach the queue; a new
+// consumer group's queue receives a copy of the messages parked so far;
+// group "" marks the default queue read (nothing is parked any more).
 func (b *Broker) Ensure(topic, group string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -196,13 +258,16 @@ func (b *Broker) Ensure(topic, group string) {
 func (b *Broker) DeadLetters(topic, group string) []DeadLetter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return slices.Clone(b.queue(topic, group).dead)
+	return slices.Clone(b.peek(topic, group).dead)
 }
 
 // Stats counts a queue's messages by state. Blocked counts the messages
-// waiting behind an earlier message of their ordering key.
+// waiting behind an earlier message of their ordering key. Parked, for a
+// default queue, counts the messages parked in it so far (published while
+// the topic had no consumer group and no default reader).
 type Stats struct {
 	Ready, Delayed, Leased, Dead, Blocked int
+	Parked                                int
 }
 
 // Stats returns the counts of (topic, group).
@@ -210,7 +275,7 @@ func (b *Broker) Stats(topic, group string) Stats {
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	q := b.queue(topic, group)
+	q := b.peek(topic, group)
 	var s Stats
 	for _, e := range q.entries {
 		switch {
@@ -225,6 +290,7 @@ func (b *Broker) Stats(topic, group string) Stats {
 		}
 	}
 	s.Dead = len(q.dead)
+	s.Parked = q.parked
 	return s
 }
 

@@ -48,6 +48,7 @@ func (c PublisherConfig) Validate() error {
 type Publisher struct {
 	b      *Broker
 	closed atomic.Bool
+	parked atomic.Int64
 }
 
 // NewPublisher returns a publisher; logger is accepted for symmetry with
@@ -74,9 +75,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			return fmt.Errorf("mem: publish %s to %q: %w", m.UUID, topic, err)
 		}
 	}
-	p.b.Publish(topic, msgs...)
+	p.parked.Add(int64(p.b.publish(topic, msgs)))
 	return nil
 }
+
+// ParkedMessages counts the messages this publisher parked: published to a
+// topic with no consumer group and no default reader (see Broker.Publish),
+// for telemetry.Parker.
+func (p *Publisher) ParkedMessages() int64 { return p.parked.Load() }
 
 // Close implements message.Publisher.
 func (p *Publisher) Close() error {

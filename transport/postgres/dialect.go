@@ -645,3 +645,40 @@ func (Dialect) IsMissingTable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42P01"
 }
+
+// SharedLock implements sqlqueue.ParkingDialect: the shared mode of Lock's
+// advisory lock (the same key space).
+func (Dialect) SharedLock(key string) sqlqueue.Stmt {
+	return st(`SELECT true FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || ':' || $1, 0))) AS l`, key)
+}
+
+// Register implements sqlqueue.ParkingDialect. The default-reader check
+// reads the snapshot before the insert, which adds a row of another group.
+func (Dialect) Register(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`WITH ins AS (
+	INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING topic
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = $1 AND consumer_group = '') THEN 0 ELSE 1 END FROM ins`,
+		q.Topic, q.Group, q.Name)
+}
+
+// CopyParked implements sqlqueue.ParkingDialect.
+func (Dialect) CopyParked(from, to sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`INSERT INTO ` + to.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key)
+SELECT uuid, headers, body, created_at, due_at, expires_at, ordering_key FROM ` + from.Table + `
+WHERE state = 0 AND (expires_at IS NULL OR expires_at > now())
+ORDER BY id`)
+}
+
+// PruneParked implements sqlqueue.ParkingDialect: the limit oldest rows by
+// primary key, of which those pending and past the retention go.
+func (Dialect) PruneParked(n sqlqueue.Names, q sqlqueue.Queue, retention time.Duration, limit int) sqlqueue.Stmt {
+	return st(`DELETE FROM `+q.Table+`
+WHERE id = ANY(ARRAY(
+	SELECT id FROM (SELECT id, state, created_at FROM `+q.Table+` ORDER BY id LIMIT $1) AS o
+	WHERE o.state = 0 AND o.created_at < now() - $2 * interval '1 millisecond'
+		AND NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = $3 AND consumer_group = '')
+))
+AND state = 0
+RETURNING id`, limit, sqlqueue.Millis(retention), q.Topic)
+}

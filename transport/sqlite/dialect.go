@@ -375,3 +375,36 @@ func (Dialect) IsMissingTable(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table")
 }
+
+// SharedLock implements sqlqueue.ParkingDialect: as Lock, the transaction
+// itself (BEGIN IMMEDIATE) is the lock.
+func (Dialect) SharedLock(string) sqlqueue.Stmt { return st(`SELECT 1`) }
+
+// Register implements sqlqueue.ParkingDialect: the insert returns a row
+// only when it inserted one (no conflict on the primary key).
+func (Dialect) Register(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table)
+SELECT ?1, ?2, ?3 WHERE NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = ?1 AND consumer_group = ?2)
+RETURNING CASE WHEN EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = ?1 AND consumer_group = '') THEN 0 ELSE 1 END`,
+		q.Topic, q.Group, q.Name)
+}
+
+// CopyParked implements sqlqueue.ParkingDialect.
+func (d Dialect) CopyParked(from, to sqlqueue.Queue) sqlqueue.Stmt {
+	return st(`INSERT INTO `+to.Table+` (uuid, headers, body, created_at, due_at, expires_at, ordering_key)
+SELECT uuid, headers, body, created_at, due_at, expires_at, ordering_key FROM `+from.Table+`
+WHERE state = 0 AND (expires_at IS NULL OR expires_at > ?)
+ORDER BY id`, d.now())
+}
+
+// PruneParked implements sqlqueue.ParkingDialect: the limit oldest rows by
+// primary key, of which those pending and past the retention go.
+func (d Dialect) PruneParked(n sqlqueue.Names, q sqlqueue.Queue, retention time.Duration, limit int) sqlqueue.Stmt {
+	return st(`DELETE FROM `+q.Table+`
+WHERE id IN (
+	SELECT id FROM (SELECT id, state, created_at FROM `+q.Table+` ORDER BY id LIMIT ?1)
+	WHERE state = 0 AND created_at < ?2
+		AND NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = ?3 AND consumer_group = '')
+)
+RETURNING id`, limit, d.now()-sqlqueue.Millis(retention), q.Topic)
+}

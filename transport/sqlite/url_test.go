@@ -3,10 +3,13 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
@@ -51,5 +54,48 @@ func TestFlatConfig(t *testing.T) {
 	}
 	if _, err := sqlite.NewPublisher(sqlite.PublisherConfig{}, nil); err == nil || !strings.Contains(err.Error(), "DSN: required when DB is nil") {
 		t.Errorf("publisher without DSN: %v", err)
+	}
+}
+
+// groups= declares consumer groups on the publisher's URL: they receive
+// what it publishes before any of their subscribers started; an empty
+// declared group is refused at construction, naming the field.
+func TestURLDeclaredGroups(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "groups.db")
+	ctx := context.Background()
+	pub, err := transport.OpenPublisher(ctx, "sqlite://"+path+"?groups=orders:billing,*:audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for i := range 4 {
+		if err := pub.Publish("orders", message.NewMessage(fmt.Sprint(i), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range []string{"billing", "audit"} {
+		sub, err := transport.OpenSubscriber(ctx, "sqlite://"+path+"?consumer_group="+g+"&empty_delay=50ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := sub.Subscribe(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for got := range 4 {
+			select {
+			case m := <-ch:
+				m.Ack()
+			case <-time.After(10 * time.Second):
+				t.Fatalf("group %s received %d of 4", g, got)
+			}
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path, Groups: map[string][]string{"orders": {""}}}, nil)
+	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "Groups:") {
+		t.Fatalf("a too long declared group: err = %v", err)
 	}
 }

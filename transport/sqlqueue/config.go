@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -52,6 +54,11 @@ const (
 	// DefaultSettleLinger is how long the first Begin or Complete after an
 	// idle moment waits, at most, for others to share its statement.
 	DefaultSettleLinger = 5 * time.Millisecond
+	// DefaultParkedRetention is how long a message parked in a topic's
+	// default queue (published while the topic had no subscription) waits
+	// for consumer groups registered later, before the groups' sweeps
+	// delete it.
+	DefaultParkedRetention = 7 * 24 * time.Hour
 )
 
 // Tables locates the engine's tables. The zero value is the defaults.
@@ -179,6 +186,15 @@ type SubscriberConfig struct {
 	// documentation, Fleet). The dialect must implement FleetDialect.
 	// Defaults to 0: off. URL: fleet_interval.
 	FleetInterval time.Duration
+	// ParkedRetention: messages published to a topic with no subscription
+	// at all are parked in its default queue, where every consumer group
+	// registering later finds them (see the package documentation,
+	// Consumer groups). A consumer group's sweep deletes those parked for
+	// longer than ParkedRetention (unless the topic has a default reader,
+	// which consumes them). Negative keeps them until a default reader
+	// consumes them. Defaults to DefaultParkedRetention (7 days). URL:
+	// parked_retention ("-1s" keeps them).
+	ParkedRetention time.Duration
 
 	// logger receives the subscriber's logs: the constructor's logger
 	// argument (watermill.NopLogger when nil). Configs carry no logger, as
@@ -218,6 +234,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.SettleLinger == 0 {
 		c.SettleLinger = DefaultSettleLinger
+	}
+	if c.ParkedRetention == 0 {
+		c.ParkedRetention = DefaultParkedRetention
 	}
 	if c.logger == nil {
 		c.logger = watermill.NopLogger{}
@@ -331,6 +350,16 @@ type PublisherConfig struct {
 	// DefaultNotifyWindow (25ms: the subscribers' default WakeDebounce, so a steady
 	// flow's notifications each wake a subscriber at once). URL: notify_window.
 	NotifyWindow time.Duration
+	// Groups declares consumer groups per topic (topic → groups; the key
+	// "*" declares groups of every topic the publisher publishes to).
+	// Before its first Publish to a topic, the publisher registers the
+	// topic's declared groups, as their subscribers' SubscribeInitialize
+	// would (queue table, subscription, and a copy of the messages parked
+	// so far): from then on every message reaches them, even before their
+	// subscribers first start. Defaults to nil: none. URL: groups, as
+	// topic:group pairs separated by commas
+	// (groups=orders:billing,orders:shipping,*:audit).
+	Groups map[string][]string
 
 	// logger receives the publisher's logs: the constructor's logger
 	// argument (watermill.NopLogger when nil).
@@ -380,7 +409,31 @@ func (c PublisherConfig) problems(dialect Dialect, borrowed bool) []error {
 	if d.NotifyWindow > time.Second {
 		errs = append(errs, fmt.Errorf("NotifyWindow: must be ≤ 1s, got %s", c.NotifyWindow))
 	}
+	errs = append(errs, c.groupsProblems(dialect)...)
 	return append(errs, validateTables(c.Tables)...)
+}
+
+// groupsProblems checks Groups: topics and groups not empty, and, when
+// dialect is not nil, within its name limits.
+func (c PublisherConfig) groupsProblems(dialect Dialect) []error {
+	var errs []error
+	for _, topic := range slices.Sorted(maps.Keys(c.Groups)) {
+		for _, g := range c.Groups[topic] {
+			switch {
+			case topic == "" || g == "":
+				errs = append(errs, fmt.Errorf("Groups: topic and consumer group must not be empty, got %q:%q", topic, g))
+			case dialect != nil:
+				t := topic
+				if t == "*" {
+					t = ""
+				}
+				if err := nameLimits(dialect, t, g); err != nil {
+					errs = append(errs, fmt.Errorf("Groups[%q]: %w", topic, err))
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // validateFor is the constructors' validation: a missing dialect, and the

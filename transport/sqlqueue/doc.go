@@ -109,6 +109,29 @@
 // fails Publish with transport.ErrInvalidMessage naming the key.
 // PublisherConfig.TTL expires a message.
 //
+// # Consumer groups
+//
+// A consumer group registers at its first Subscribe or
+// SubscribeInitialize, at a publisher that declares it
+// (PublisherConfig.Groups), or through RegisterGroup (berth migrate
+// --queue topic:group). Its initial position is every parked message the
+// topic still retains, then every message published after its
+// registration. A message published to a topic with no subscription at
+// all (no group, no default reader: a Subscribe without a group, recorded
+// as group "") is parked in the topic's default queue (Stats.Parked; the
+// publisher logs the topic's first). A group's first registration copies
+// the parked rows into its queue (pending, attempts 0); they stay in the
+// default queue for later groups until a default reader consumes them or
+// they are older than SubscriberConfig.ParkedRetention, when the groups'
+// sweeps prune them (Source.PruneParked, Stats.Pruned). Registration takes
+// a per-topic lock exclusively (ParkingDialect), and a publish that found
+// no subscription takes it shared, reads the subscriptions again and
+// inserts where that read says: nothing is parked after a registration
+// committed. Topics with subscriptions publish as before, one statement.
+// A registration in another process is seen by a publisher after at most
+// SubscriptionsTTL; declare groups ahead to close that window.
+// docs/consumer-groups.md has the whole story.
+//
 // # Wake-up
 //
 // Local publishers wake local subscribers of the same pool and table

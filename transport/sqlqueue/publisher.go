@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/delaymeta"
+	"github.com/berth-go/berth/internal/guard"
 	"github.com/berth-go/berth/transport"
 )
 
@@ -29,7 +30,9 @@ const (
 // Publish call inserts all its messages, into the queue of every consumer
 // group subscribed to the topic, with one multi-row INSERT per queue, in
 // one transaction when there are several. A topic nobody subscribed to yet
-// keeps its messages in its default (no-group) queue.
+// parks its messages in its default (no-group) queue, for the consumer
+// groups registered later (see the package documentation, Consumer
+// groups).
 type Publisher struct {
 	e      *engine
 	cfg    PublisherConfig
@@ -45,11 +48,17 @@ type Publisher struct {
 	// gate coalesces the inserts' notifications (nil: every insert
 	// notifies, or the dialect has none).
 	gate *notifyGate
+
+	// declared holds the topics whose declared groups (Groups) are
+	// registered; warned, the topics whose first parked message was
+	// logged.
+	declared, warned sync.Map
 }
 
 // subsEntry is the cached answer of the subscriptions lookup of a topic.
 type subsEntry struct {
 	queues []Queue
+	parked bool // no subscription: queues is the default queue
 	at     time.Time
 	gen    uint64 // subscriptionsGen when read
 }
@@ -123,9 +132,17 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.e.ensureShared(ctx); err != nil {
 		return err
 	}
-	queues, err := p.targets(ctx, p.e.db, topic)
+	if len(p.cfg.Groups) > 0 {
+		if err := p.declare(ctx, topic); err != nil {
+			return err
+		}
+	}
+	queues, parked, err := p.targets(ctx, p.e.db, topic)
 	if err != nil {
 		return err
+	}
+	if pd, ok := p.e.d.(ParkingDialect); ok && parked {
+		return p.publishParked(ctx, pd, topic, rows)
 	}
 	var (
 		stmts   []Stmt
@@ -177,39 +194,160 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// targets returns the queues subscribed to topic, or its default queue
-// (created if needed) when there are none. The answer is cached for
-// SubscriptionsTTL, and dropped as soon as anything in this process
+// targets returns the queues subscribed to topic or, when there are none
+// (parked), its default queue (created if needed). The answer is cached
+// for SubscriptionsTTL, and dropped as soon as anything in this process
 // records a new subscription.
-func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Queue, error) {
+func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Queue, bool, error) {
 	gen := subscriptionsGen.Load()
 	if p.cfg.SubscriptionsTTL > 0 {
 		p.subsMu.Lock()
 		c, ok := p.subs[topic]
 		p.subsMu.Unlock()
 		if ok && c.gen == gen && time.Since(c.at) < p.cfg.SubscriptionsTTL {
-			return c.queues, nil
+			return c.queues, c.parked, nil
 		}
 	}
 	at := time.Now()
-	qs, err := p.lookup(ctx, q, topic)
-	if err != nil || p.cfg.SubscriptionsTTL <= 0 {
-		return qs, err
+	qs, parked, err := p.lookup(ctx, q, topic)
+	if err != nil {
+		return nil, false, err
+	}
+	p.cache(topic, subsEntry{queues: qs, parked: parked, at: at, gen: gen})
+	return qs, parked, nil
+}
+
+// cache records c as topic's subscriptions, when the publisher caches them.
+func (p *Publisher) cache(topic string, c subsEntry) {
+	if p.cfg.SubscriptionsTTL <= 0 {
+		return
 	}
 	p.subsMu.Lock()
 	if len(p.subs) >= maxCachedTopics {
 		clear(p.subs)
 	}
-	p.subs[topic] = subsEntry{queues: qs, at: at, gen: gen}
+	p.subs[topic] = c
 	p.subsMu.Unlock()
-	return qs, nil
+}
+
+// publishParked inserts rows published to topic, which had no
+// subscription when the publisher looked, in one transaction holding the
+// topic lock in shared mode: it reads the subscriptions again (a group
+// registered meanwhile holds the lock exclusively until it commits, and
+// is seen here) and inserts into the queues it finds, or parks the rows in
+// the default queue when there are still none.
+func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic string, rows []InsertRow) error {
+	var (
+		queues []Queue
+		parked bool
+		quiet  []Queue // queues whose insert left its notification out
+	)
+	gen, at := subscriptionsGen.Load(), time.Now() // before the read, as targets does
+	err := p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
+		var tickets []ticket // the notification gate's, one per queue
+		quiet = nil
+		err := inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+			if _, err := lockAcquired(ctx, tx, &p.e.ctrs.other, pd.SharedLock(p.e.topicLockKey(topic))); err != nil {
+				return fmt.Errorf("topic lock: %w", err)
+			}
+			qs, err := p.subscribed(ctx, tx, topic)
+			if err != nil {
+				return err
+			}
+			queues, parked = qs, len(qs) == 0
+			if parked {
+				queues = []Queue{p.e.queue(topic, "")}
+			}
+			var stmts []Stmt
+			for _, q := range queues {
+				if p.gate == nil {
+					stmts = append(stmts, p.e.d.Insert(q, rows)...)
+					continue
+				}
+				notify, tk := p.gate.begin(q)
+				tickets = append(tickets, tk)
+				if !notify {
+					quiet = append(quiet, q)
+				}
+				stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
+			}
+			_, err = runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
+			return err
+		})
+		for _, tk := range tickets {
+			p.gate.end(tk, err == nil)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
+	}
+	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
+	if parked {
+		p.parkedCount(topic, len(rows))
+	} else {
+		p.cache(topic, subsEntry{queues: queues, at: at, gen: gen})
+	}
+	if _, remote := p.e.d.(Notifier); !remote {
+		quiet = queues
+	}
+	for _, q := range quiet {
+		localWake.notify(wakeKey{p.e.db, q.Name})
+	}
+	return nil
+}
+
+// parkedCount counts n messages parked in topic's default queue, and logs
+// the topic's first.
+func (p *Publisher) parkedCount(topic string, n int) {
+	p.e.ctrs.parked.Add(int64(n))
+	if _, seen := p.warned.LoadOrStore(topic, true); seen {
+		return
+	}
+	guard.Do(func() {
+		p.logger.Info(fmt.Sprintf("topic %q has no subscribers: messages are parked in its default queue until a consumer group registers; declare groups with groups=%s:<group> (PublisherConfig.Groups) or berth migrate --queue %s:<group>", topic, topic, topic),
+			watermill.LogFields{"topic": topic})
+	})
+}
+
+// declare registers the consumer groups declared for topic (Groups),
+// once per topic: their queues and subscriptions are created, and the
+// messages parked so far copied to them, as a subscriber's registration
+// does.
+func (p *Publisher) declare(ctx context.Context, topic string) error {
+	if _, done := p.declared.Load(topic); done {
+		return nil
+	}
+	groups := append(append([]string(nil), p.cfg.Groups[topic]...), p.cfg.Groups["*"]...)
+	for _, g := range groups {
+		if err := p.e.ensureQueue(ctx, p.e.queue(topic, g), true); err != nil {
+			return fmt.Errorf("sqlqueue: publish to %q: register declared group %q: %w", topic, g, err)
+		}
+	}
+	p.declared.Store(topic, true)
+	return nil
 }
 
 // maxCachedTopics bounds the subscriptions cache; when full it starts
 // over.
 const maxCachedTopics = 10000
 
-func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queue, error) {
+// lookup returns the queues subscribed to topic or, when there are none
+// (parked), its default queue, created if needed.
+func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queue, bool, error) {
+	qs, err := p.subscribed(ctx, q, topic)
+	if err != nil || len(qs) > 0 {
+		return qs, false, err
+	}
+	dq := p.e.queue(topic, "")
+	if err := p.e.ensureQueue(ctx, dq, false); err != nil {
+		return nil, false, err
+	}
+	return []Queue{dq}, true, nil
+}
+
+// subscribed reads the queues subscribed to topic.
+func (p *Publisher) subscribed(ctx context.Context, q querier, topic string) ([]Queue, error) {
 	var names []string
 	err := query(ctx, q, &p.e.ctrs.other, p.e.d.Subscriptions(p.e.names, topic), func(r *sql.Rows) error {
 		var n string
@@ -221,13 +359,6 @@ func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queu
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlqueue: read subscriptions of %q: %w", topic, err)
-	}
-	if len(names) == 0 {
-		dq := p.e.queue(topic, "")
-		if err := p.e.ensureQueue(ctx, dq, false); err != nil {
-			return nil, err
-		}
-		return []Queue{dq}, nil
 	}
 	qs := make([]Queue, len(names))
 	for i, n := range names {
@@ -310,9 +441,29 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := p.e.ensureQueue(ctx, p.e.queue(topic, ""), false); err != nil {
 		return err
 	}
-	queues, err := p.targets(ctx, t.tx, topic)
+	if len(p.cfg.Groups) > 0 {
+		if err := p.declare(ctx, topic); err != nil {
+			return err
+		}
+	}
+	queues, parked, err := p.targets(ctx, t.tx, topic)
 	if err != nil {
 		return err
+	}
+	if pd, ok := p.e.d.(ParkingDialect); ok && parked {
+		// No subscription: read them again under the topic lock, held
+		// until tx ends, so that no group registers meanwhile without
+		// the rows parked here.
+		if _, err := lockAcquired(ctx, t.tx, &p.e.ctrs.other, pd.SharedLock(p.e.topicLockKey(topic))); err != nil {
+			return fmt.Errorf("sqlqueue: publish to %q in transaction: topic lock: %w", topic, err)
+		}
+		qs, err := p.subscribed(ctx, t.tx, topic)
+		if err != nil {
+			return err
+		}
+		if len(qs) > 0 {
+			queues, parked = qs, false
+		}
 	}
 	var stmts []Stmt
 	for _, q := range queues {
@@ -322,6 +473,9 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("sqlqueue: publish to %q in transaction: %w", topic, err)
 	}
 	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
+	if parked {
+		p.parkedCount(topic, len(rows))
+	}
 	return nil
 }
 
@@ -352,3 +506,7 @@ func (p *Publisher) Close() error {
 	})
 	return err
 }
+
+// ParkedMessages returns Stats().Parked: the messages parked so far (see
+// the package documentation, Consumer groups), for telemetry.Parker.
+func (p *Publisher) ParkedMessages() int64 { return p.e.ctrs.parked.Load() }

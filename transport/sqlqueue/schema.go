@@ -148,7 +148,9 @@ func (e *engine) ensureShared(ctx context.Context) error {
 }
 
 // ensureQueue creates q's table (unless ManualSchema) and, with subscribe,
-// records the subscription, once per engine.
+// records the subscription, once per engine. A consumer group's
+// subscription (q.Group != "") is a registration (see register) when the
+// dialect parks messages.
 func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error {
 	if err := checkNames(e.d, q.Topic, q.Group); err != nil {
 		return err
@@ -165,6 +167,15 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 	e.mu.Unlock()
 	if done {
 		return nil
+	}
+	pd, parking := e.d.(ParkingDialect)
+	parking = parking && subscribe && q.Group != ""
+	if parking {
+		// The default queue holds the parked rows the group's first
+		// registration copies.
+		if err := e.ensureQueue(ctx, e.queue(q.Topic, ""), false); err != nil {
+			return err
+		}
 	}
 	err := inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
 		create := !e.tables.ManualSchema
@@ -200,7 +211,10 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 				}
 			}
 		}
-		if subscribe {
+		switch {
+		case parking:
+			return e.register(ctx, tx, pd, q)
+		case subscribe:
 			return query(ctx, tx, &e.ctrs.other, e.d.Subscribe(e.names, q), nil)
 		}
 		return nil

@@ -15,6 +15,7 @@ type Counters struct {
 	published, stray, statementRetries           atomic.Int64
 	probes, probeHits, skippedSweeps             atomic.Int64
 	riddenAcks, analyzes                         atomic.Int64
+	parked, pruned                               atomic.Int64
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
@@ -57,6 +58,14 @@ type Stats struct {
 	Stray     int64
 	Expired   int64 // rows dropped past their time-to-live
 	Published int64 // rows inserted
+	// Parked counts the messages a publisher parked: published to a topic
+	// with no subscription at all, they wait in its default queue for the
+	// consumer groups registered later (see the package documentation,
+	// Consumer groups). They count in Published too.
+	Parked int64
+	// Pruned counts the parked messages a consumer group's sweep deleted
+	// from its topic's default queue, older than ParkedRetention.
+	Pruned int64
 
 	// StatementRetries counts operations run again after a transient
 	// database error (a deadlock victim, a lock timeout, a lost
@@ -96,5 +105,6 @@ func (c *Counters) Snapshot() Stats {
 		Stray: c.stray.Load(), Expired: c.expired.Load(), Published: c.published.Load(),
 		StatementRetries: c.statementRetries.Load(), Analyzes: c.analyzes.Load(),
 		Probes: c.probes.Load(), ProbeHits: c.probeHits.Load(), SkippedSweeps: c.skippedSweeps.Load(),
+		Parked: c.parked.Load(), Pruned: c.pruned.Load(),
 	}
 }

@@ -35,6 +35,7 @@ func (s *Source) sweepLoop() {
 	defer s.swept.Done()
 	clock := s.cfg.Pipeline.Clock
 	next := ibackoff.Spread(s.cfg.SweepInterval)
+	var pruned time.Time // the last prune of the topic's parked messages
 	for {
 		select {
 		case <-s.stopSweep:
@@ -42,6 +43,21 @@ func (s *Source) sweepLoop() {
 		case <-clock.After(next):
 		}
 		next = ibackoff.Spread(s.cfg.SweepInterval)
+		if now := clock.Now(); now.Sub(pruned) >= s.pruneEvery() {
+			// Not skipped when idle: a group idle for days still prunes.
+			pruned = now
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
+			n, err := s.PruneParked(ctx)
+			cancel()
+			switch {
+			case err != nil:
+				guard.Do(func() { s.logger.Error("prune parked messages failed", err, nil) })
+			case n > 0:
+				guard.Do(func() {
+					s.logger.Info("pruned parked messages past ParkedRetention", watermill.LogFields{"topic": s.q.Topic, "pruned": n})
+				})
+			}
+		}
 		if s.idleClean(s.cfg.SweepInterval) {
 			s.e.ctrs.skippedSweeps.Add(1)
 			continue

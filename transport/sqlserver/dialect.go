@@ -813,3 +813,46 @@ func (Dialect) IsMissingTable(err error) bool {
 	var e mssql.Error
 	return errors.As(err, &e) && e.Number == 208
 }
+
+// SharedLock implements sqlqueue.ParkingDialect: Lock's application lock
+// (the same resource) in shared mode.
+func (Dialect) SharedLock(key string) sqlqueue.Stmt {
+	return st(head+`DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Shared', @LockOwner = 'Transaction', @LockTimeout = -1;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`, nv(key))
+}
+
+// Register implements sqlqueue.ParkingDialect.
+func (Dialect) Register(n sqlqueue.Names, q sqlqueue.Queue) sqlqueue.Stmt {
+	return st(head+`DECLARE @copy int = 0;
+IF NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WITH (UPDLOCK, HOLDLOCK) WHERE topic = @p1 AND consumer_group = @p2)
+BEGIN
+	INSERT INTO `+n.Subscriptions+` (topic, consumer_group, queue_table) VALUES (@p1, @p2, @p3);
+	IF NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = @p1 AND consumer_group = N'') SET @copy = 1;
+END
+SELECT @copy;`,
+		nv(q.Topic), nv(q.Group), nv(q.Name))
+}
+
+// CopyParked implements sqlqueue.ParkingDialect.
+func (Dialect) CopyParked(from, to sqlqueue.Queue) sqlqueue.Stmt {
+	return st(headNow + `INSERT INTO ` + to.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key)
+SELECT uuid, headers, body, created_at, due_at, expires_at, ordering_key FROM ` + from.Table + `
+WHERE state = 0 AND (expires_at IS NULL OR expires_at > @now)
+ORDER BY id;`)
+}
+
+// PruneParked implements sqlqueue.ParkingDialect: the limit oldest rows by
+// primary key, of which those pending and past the retention go.
+func (Dialect) PruneParked(n sqlqueue.Names, q sqlqueue.Queue, retention time.Duration, limit int) sqlqueue.Stmt {
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
+DECLARE @before datetime2(3) = DATEADD(millisecond, -CAST(@p2 % 1000 AS int), DATEADD(second, -CAST(@p2 / 1000 AS int), @now));
+IF NOT EXISTS (SELECT 1 FROM `+n.Subscriptions+` WHERE topic = @p3 AND consumer_group = N'')
+DELETE FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+OUTPUT deleted.id INTO @t
+WHERE id IN (SELECT TOP (@p1) id FROM `+q.Table+` WITH (READPAST, READCOMMITTEDLOCK) ORDER BY id)
+	AND state = 0 AND created_at < @before;
+SELECT id FROM @t;`, int64(limit), ms(retention), nv(q.Topic))
+}

@@ -176,6 +176,7 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"FleetDeletes":      {d.DeleteListeners(n, "i"), d.DeleteStaleListeners(n)},
 		"Listeners":         {d.Listeners(n)},
 		"PauseQueue":        {d.PauseQueue(n, q.Name, "ops"), d.ResumeQueue(n, q.Name), d.PausedQueues(n)},
+		"Parking":           {d.SharedLock("k"), d.Register(n, q), d.CopyParked(q, q), d.PruneParked(n, q, time.Hour, 10)},
 	}
 }
 

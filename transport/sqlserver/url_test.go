@@ -210,3 +210,13 @@ func TestBadDriverParameterIsInvalidConfig(t *testing.T) {
 		}
 	}
 }
+
+// groups= reaches PublisherConfig.Groups; a declared group longer than the
+// subscriptions column is refused at construction, naming the field.
+func TestURLDeclaredGroupTooLong(t *testing.T) {
+	long := strings.Repeat("g", MaxConsumerGroupLength+1)
+	_, err := transport.OpenPublisher(context.Background(), "sqlserver://u:p@127.0.0.1:1/db?groups=orders:billing,orders:"+long)
+	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), `Groups["orders"]: ConsumerGroup: at most 128`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -74,6 +74,23 @@
 //     a second sweep finds none. The rows carry an owner and a lease
 //     relative to the database's clock (RawRow.Owner, RawRow.Lease), which
 //     Harness.InsertRaw writes.
+//   - ParkedReachLaterGroups: 30 messages published to a topic with no
+//     subscription are parked (Stats.Parked); a consumer group subscribing
+//     later receives all 30, a second group later still too, then a default
+//     reader drains them; the next publish parks nothing.
+//   - RegistrationRacesPublishes: two groups register, through the
+//     publisher's pool and through a second pool, at random moments of 500
+//     publishes with no subscriptions cache; each message reaches exactly
+//     the groups the semantics say (parked ones every group, later ones
+//     each group registered before, none twice), and none is parked after
+//     a registration returned.
+//   - DeclaredGroupsReceiveBeforeSubscribing: PublisherConfig.Groups (per
+//     topic and "*") registers the groups at the first publish; they
+//     receive it with no subscriber started before.
+//   - ParkedPrunedPastRetention: a group's source prunes its topic's parked
+//     rows past ParkedRetention (never with the default or a negative
+//     retention, never with a default reader); a group registering after
+//     the prune gets none.
 //
 // # Opting out
 //

@@ -158,6 +158,10 @@ var cases = []struct {
 	{"DirectClaimReleasedOnClose", testDirectClose},
 	{"DirectClaimRecoveredAsProcessing", testDirectRecovered},
 	{"AcksRideClaims", testAcksRideClaims},
+	{"ParkedReachLaterGroups", testParkedForLaterGroups},
+	{"RegistrationRacesPublishes", testRegistrationRace},
+	{"DeclaredGroupsReceiveBeforeSubscribing", testDeclaredGroups},
+	{"ParkedPrunedPastRetention", testPruneParked},
 	{"AcksRideSubscriber", testAcksRideSubscriber},
 }
 
