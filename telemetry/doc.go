@@ -41,6 +41,10 @@
 //
 // # Traces
 //
+// A Publisher over a SQL transport's publisher implements
+// transport.TxPublisher: transport.PublishInTx reaches the transactional
+// outbox through it, instrumented the same way.
+//
 // Publisher starts a producer "send <topic>" span per Publish call, a child
 // of the first message's Context(), and injects the trace context into each
 // message's metadata (traceparent, and tracestate when not empty: two keys,

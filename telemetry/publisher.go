@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 	"time"
@@ -26,8 +27,8 @@ type publisher struct {
 	system attribute.KeyValue
 	sent   metric.Int64Counter
 	dur    metric.Float64Histogram
-	topics sync.Map            // topic → *topicAttrs
-	parked metric.Registration // nil unless next is a Parker
+	topics *sync.Map           // topic → *topicAttrs, shared with transaction-bound copies
+	parked metric.Registration // nil unless next is a Parker; never in a transaction-bound copy
 }
 
 // Parker is implemented by publishers that park messages published to a
@@ -36,6 +37,21 @@ type publisher struct {
 // ParkedMessages is the running count.
 type Parker interface {
 	ParkedMessages() int64
+}
+
+// txPublisher is the decorator of a publisher that can publish inside a
+// SQL transaction: it passes the capability on, instrumented.
+type txPublisher struct {
+	*publisher
+}
+
+// WithTx implements transport.TxPublisher: the publisher bound to tx
+// records spans and metrics as this one does.
+func (p txPublisher) WithTx(tx *sql.Tx) message.Publisher {
+	c := *p.publisher
+	c.next = p.next.(transport.TxPublisher).WithTx(tx)
+	c.parked = nil // the counter stays with p: closing the copy leaves it
+	return &c
 }
 
 // Publisher returns pub instrumented with OpenTelemetry. Each Publish call
@@ -58,9 +74,14 @@ type Parker interface {
 // publisher implements SystemNamer: aws_sqs, aws.sns, berth.postgres, …),
 // else DefaultSystem. The returned publisher implements SystemNamer too.
 //
+// When pub implements transport.TxPublisher (the SQL transports'
+// publishers), so does the returned publisher: transport.PublishInTx finds
+// the capability through it, and what it publishes inside a transaction
+// is instrumented too.
+//
 // The metadata of the caller's messages is modified. The decorator exposes
-// only message.Publisher and SystemNamer: keep a reference to pub for
-// transport-specific methods.
+// only message.Publisher, SystemNamer and transport.TxPublisher: keep a
+// reference to pub for other transport-specific methods.
 func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 	cfg = cfg.withDefaults()
 	m := cfg.meter()
@@ -69,6 +90,7 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		cfg:    cfg,
 		tracer: cfg.tracer(),
 		system: keySystem.String(cfg.system(systemOf(pub))),
+		topics: new(sync.Map),
 	}
 	var errs []error
 	var err error
@@ -96,6 +118,9 @@ func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 		// The API returns usable (no-op) instruments with an error; report
 		// it the OpenTelemetry way rather than failing the publisher.
 		handleError(err)
+	}
+	if _, ok := pub.(transport.TxPublisher); ok {
+		return txPublisher{p}
 	}
 	return p
 }

@@ -39,7 +39,10 @@
 // each side accepts the other side's known parameters (checked, then
 // ignored). An unknown or invalid parameter is an error that names it and
 // lists the accepted ones. Options carry what a URL cannot: [WithLogger],
-// and [WithObserver] for metrics and traces (telemetry.NewObserver). The
+// [WithObserver] for metrics and traces (telemetry.NewObserver), and
+// [WithConsumerGroup], the subscriber's consumer group without string
+// surgery on the URL (every driver honours it; a URL naming another group
+// is an error). The
 // subscriber is a [StatefulSubscriber], which reports its listeners'
 // states: it goes as it is to health.Handler.AddSource and
 // telemetry.RegisterSubscriber.

@@ -49,6 +49,30 @@ type Options struct {
 	// its Config names others). Publishers have no pipeline and ignore
 	// it; wrap them with telemetry.Publisher. Defaults to nil (none).
 	Observer Observer
+
+	// ConsumerGroup is the consumer group a subscriber joins, as the
+	// URL's consumer_group parameter would set it: subscribers of one
+	// group share each topic's messages, every group gets all of them.
+	// Every driver honours it (mem, sqlite, postgres, sqlserver, sqs); a
+	// URL whose consumer_group names another group is an error wrapping
+	// ErrInvalidConfig. Publishers ignore it. Defaults to "" (the URL's
+	// consumer_group, else the topic's default group).
+	ConsumerGroup string
+}
+
+// ConsumerGroupFor returns the consumer group a subscriber joins given the
+// URL's consumer_group parameter (urlGroup, "" when absent): o.ConsumerGroup
+// when set, else urlGroup. Both set and different is an error wrapping
+// ErrInvalidConfig naming both. Drivers call it after parsing the URL.
+func (o Options) ConsumerGroupFor(urlGroup string) (string, error) {
+	switch {
+	case o.ConsumerGroup == "":
+		return urlGroup, nil
+	case urlGroup == "" || urlGroup == o.ConsumerGroup:
+		return o.ConsumerGroup, nil
+	}
+	return "", fmt.Errorf("%w: consumer group %q (WithConsumerGroup) conflicts with the URL's consumer_group=%q; set it in one place",
+		ErrInvalidConfig, o.ConsumerGroup, urlGroup)
 }
 
 // Option sets an Options field.
@@ -60,6 +84,10 @@ func WithLogger(l watermill.LoggerAdapter) Option { return func(o *Options) { o.
 // WithObserver sets the observer of a subscriber's pipeline (see
 // Options.Observer).
 func WithObserver(obs Observer) Option { return func(o *Options) { o.Observer = obs } }
+
+// WithConsumerGroup sets the consumer group a subscriber joins (see
+// Options.ConsumerGroup), instead of appending consumer_group to the URL.
+func WithConsumerGroup(group string) Option { return func(o *Options) { o.ConsumerGroup = group } }
 
 var (
 	driversMu sync.RWMutex

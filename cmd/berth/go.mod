@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/berth-go/berth v0.0.0-00010101000000-000000000000
 	github.com/berth-go/berth/internal/bench v0.0.0-00010101000000-000000000000
 	github.com/berth-go/berth/internal/console v0.0.0-00010101000000-000000000000
@@ -16,7 +17,6 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect
 	github.com/AzureAD/microsoft-authentication-library-for-go v1.8.0 // indirect
 	github.com/ThreeDotsLabs/watermill-aws v1.0.1 // indirect
-	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2 // indirect
 	github.com/alexliesenfeld/health v0.8.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.48.0 // indirect
 	github.com/aws/aws-sdk-go-v2/config v1.33.18 // indirect

@@ -2,6 +2,7 @@
 //
 //	berth demo    [--url URL] [--messages N] [--rate R] [--fail P] [--health-addr ADDR]
 //	berth migrate --url URL [--print] [--queue TOPIC[:GROUP]]…
+//	berth migrate watermill-sql --from URL --url URL --topic T [--group G]… [--dry-run]
 //	berth queues  --url URL [--json]
 //	berth dlq     list | show ID | replay | purge  --url URL [filters] [--dry-run]
 //	berth console --url URL [--addr 127.0.0.1:8080] [--read-only] [--health-url URL]…
@@ -46,6 +47,8 @@ const usage = `berth — Watermill transports for SQS and SQL queue tables
 Usage:
   berth demo [flags]     run a small service on the embedded default (or --url)
   berth migrate [flags]  create or upgrade the SQL schema (--print: show the DDL)
+  berth migrate watermill-sql [flags]
+                         copy watermill-sql's unconsumed messages into Berth queues
   berth queues [flags]   each queue's ready, delayed, in-flight and dead-lettered counts
   berth dlq SUBCOMMAND   list, show, replay or purge dead letters
   berth pause [flags]    pause a SQL queue fleet-wide (berth resume undoes it)
@@ -73,6 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "migrate":
+		if len(args) > 1 && args[1] == "watermill-sql" {
+			err = migrateWatermillSQL(ctx, args[2:], stdout, stderr)
+			break
+		}
 		err = migrate(ctx, args[1:], stdout, stderr)
 	case "queues":
 		err = queues(ctx, args[1:], stdout, stderr)
@@ -110,6 +117,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func commandName(args []string) string {
 	if args[0] == "dlq" && len(args) > 1 && slices.Contains(dlqSubcommands, args[1]) {
 		return "dlq " + args[1]
+	}
+	if args[0] == "migrate" && len(args) > 1 && args[1] == "watermill-sql" {
+		return "migrate watermill-sql"
 	}
 	return args[0]
 }

@@ -22,6 +22,11 @@
 // Filter naming a queue that does not exist makes DeadLetters, Replay and
 // Purge fail with an error wrapping transport.ErrQueueNotFound.
 //
+// ImportWatermillSQL copies a watermill-sql topic's unconsumed messages
+// (PostgreSQL, default or queue schema) into the Berth queue of each
+// consumer group, with the dialect's Insert statement, recording its
+// position in <prefix>migrated_watermill in the same transaction.
+//
 // # SQS
 //
 // OpenSQS accepts sqs:// URLs. Queues reads each queue's approximate counts

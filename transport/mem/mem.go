@@ -210,6 +210,9 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("mem: %w: %w", transport.ErrInvalidConfig, err)
 	}
+	if cfg.ConsumerGroup, err = o.ConsumerGroupFor(cfg.ConsumerGroup); err != nil {
+		return nil, fmt.Errorf("mem: %w", err)
+	}
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.
 	sub, err := NewSubscriber(cfg, o.Logger)

@@ -138,6 +138,11 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %w", transport.ErrInvalidConfig, err)
 	}
+	group, err := opts.ConsumerGroupFor(cfg.ConsumerGroup)
+	if err != nil {
+		return nil, fmt.Errorf("postgres URL: %w", err)
+	}
+	cfg.ConsumerGroup = group
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.
 	sub, err := NewSubscriber(cfg, opts.Logger)

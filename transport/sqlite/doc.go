@@ -8,7 +8,10 @@
 // sqlite://relative.db, or sqlite://:memory: (one in-memory database shared
 // by the whole process). Query parameters configure the transport; one URL
 // serves both sides (each accepts, checks and ignores the other side's
-// parameters); unknown ones are rejected, naming themselves.
+// parameters); unknown ones are rejected, naming themselves. A file name
+// holding what looks like a query ("x.db&consumer_group=billing", a
+// parameter appended without ?) is rejected with the URL as it should be
+// written, rather than opened as a new file of that name.
 //
 // # Concurrency
 //

@@ -150,7 +150,27 @@ func PathFromURL(u *url.URL) (string, error) {
 	if raw == Memory || strings.HasPrefix(raw, Memory) {
 		return Memory, nil
 	}
+	if err := queryInPath(raw); err != nil {
+		return "", err
+	}
 	return raw, nil
+}
+
+// queryInPath refuses a database file name that carries what was meant as
+// a query: "cqrs2.db&consumer_group=X" (a parameter appended with & to a
+// URL that had no ?) or an escaped "?" followed by key=value. Such a path
+// would silently open (and create) a file of that name.
+func queryInPath(raw string) error {
+	base := raw[strings.LastIndexByte(raw, '/')+1:]
+	i := strings.IndexAny(base, "&?")
+	if i < 0 || !strings.Contains(base[i:], "=") {
+		return nil
+	}
+	file, query := raw[:len(raw)-len(base)+i], strings.TrimLeft(base[i:], "&?")
+	return fmt.Errorf("sqlite URL path %q holds what looks like query parameters (%q): "+
+		"start the query with ? and separate parameters with &, as in sqlite://%s?%s "+
+		"(for a consumer group, transport.WithConsumerGroup avoids editing the URL)",
+		raw, query, file, query)
 }
 
 func (driver) OpenPublisher(_ context.Context, u *url.URL, opts transport.Options) (message.Publisher, error) {
@@ -182,6 +202,9 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 	cfg.Pipeline.Observer = opts.Observer
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("%w: sqlite URL: %w", transport.ErrInvalidConfig, err)
+	}
+	if cfg.ConsumerGroup, err = opts.ConsumerGroupFor(cfg.ConsumerGroup); err != nil {
+		return nil, fmt.Errorf("sqlite URL: %w", err)
 	}
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.

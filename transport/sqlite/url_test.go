@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,5 +98,52 @@ func TestURLDeclaredGroups(t *testing.T) {
 	_, err = sqlite.NewPublisher(sqlite.PublisherConfig{DSN: path, Groups: map[string][]string{"orders": {""}}}, nil)
 	if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "Groups:") {
 		t.Fatalf("a too long declared group: err = %v", err)
+	}
+}
+
+// A parameter appended with & to a URL that had no ? would open a file
+// named "cqrs2.db&consumer_group=X": refused with an error showing the
+// URL as it should be written. Names with & or = but no key=value after
+// them still open.
+func TestURLQueryInPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, raw := range []string{
+		"sqlite://" + dir + "/cqrs2.db&consumer_group=X",
+		"sqlite://" + dir + "/cqrs2.db&lease=10s&consumer_group=X",
+		"sqlite://" + dir + "/cqrs2.db%3Fconsumer_group=X",
+		"sqlite://" + dir + "/cqrs2.db&consumer_group=X?lease=10s",
+	} {
+		for side, open := range map[string]func() error{
+			"publisher": func() error {
+				p, err := transport.OpenPublisher(context.Background(), raw)
+				if err == nil {
+					_ = p.Close()
+				}
+				return err
+			},
+			"subscriber": func() error {
+				s, err := transport.OpenSubscriber(context.Background(), raw)
+				if err == nil {
+					_ = s.Close()
+				}
+				return err
+			},
+		} {
+			err := open()
+			if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), "sqlite://"+dir+"/cqrs2.db?") {
+				t.Errorf("%s %s: err = %v, want ErrInvalidConfig showing sqlite://%s/cqrs2.db?…", side, raw, err, dir)
+			}
+		}
+	}
+	for _, name := range []string{"a&b.db", "x=y.db", "sub=dir/plain.db"} {
+		raw := "sqlite://" + dir + "/" + name
+		if err := os.MkdirAll(filepath.Dir(dir+"/"+name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p, err := transport.OpenPublisher(context.Background(), raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		_ = p.Close()
 	}
 }

@@ -118,6 +118,9 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, opts transport.Optio
 		return nil, err
 	}
 	cfg.Pipeline.Observer = opts.Observer
+	if cfg.ConsumerGroup, err = opts.ConsumerGroupFor(cfg.ConsumerGroup); err != nil {
+		return nil, fmt.Errorf("sqlserver URL: %w", err)
+	}
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.
 	sub, err := NewSubscriber(cfg, opts.Logger)

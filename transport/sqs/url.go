@@ -120,7 +120,8 @@ func (driver) OpenPublisher(_ context.Context, u *url.URL, o transport.Options) 
 	return pub, nil
 }
 
-func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (transport.StatefulSubscriber, error) {
+// subscriberConfig returns the subscriber config u and o describe.
+func subscriberConfig(u *url.URL, o transport.Options) (SubscriberConfig, error) {
 	p := urlparam.New(u.Query())
 	var cfg SubscriberConfig
 	parseClient(u, p, &cfg.Client, &cfg.Queue)
@@ -132,7 +133,20 @@ func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options)
 	// then ignored.
 	parsePublisher(p, new(PublisherConfig))
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
+		return SubscriberConfig{}, fmt.Errorf("sqs: %w: %w", transport.ErrInvalidConfig, err)
+	}
+	group, err := o.ConsumerGroupFor(cfg.ConsumerGroup)
+	if err != nil {
+		return SubscriberConfig{}, fmt.Errorf("sqs: %w", err)
+	}
+	cfg.ConsumerGroup = group
+	return cfg, nil
+}
+
+func (driver) OpenSubscriber(_ context.Context, u *url.URL, o transport.Options) (transport.StatefulSubscriber, error) {
+	cfg, err := subscriberConfig(u, o)
+	if err != nil {
+		return nil, err
 	}
 	// Not NewSubscriber's result as it is: a nil *Subscriber in a
 	// non-nil interface on error.
