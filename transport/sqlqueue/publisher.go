@@ -144,23 +144,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if pd, ok := p.e.d.(ParkingDialect); ok && parked {
 		return p.publishParked(ctx, pd, topic, rows)
 	}
-	var (
-		stmts   []Stmt
-		tickets []ticket // the notification gate's, one per queue
-		quiet   []Queue  // queues whose insert left its notification out
-	)
-	for _, q := range queues {
-		if p.gate == nil {
-			stmts = append(stmts, p.e.d.Insert(q, rows)...)
-			continue
-		}
-		notify, tk := p.gate.begin(q)
-		tickets = append(tickets, tk)
-		if !notify {
-			quiet = append(quiet, q)
-		}
-		stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
-	}
+	stmts, tickets, quiet := p.inserts(queues, rows)
 	// An insert runs again only after an error that guarantees it did not
 	// commit (a deadlock victim, a lock timeout, a login refused while the
 	// database fails over): after a connection lost mid-statement it may
@@ -192,6 +176,25 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		localWake.notify(wakeKey{p.e.db, q.Name})
 	}
 	return nil
+}
+
+// inserts returns the statements that insert rows into queues, with the
+// notification gate's tickets (one per queue, none without a gate) and the
+// queues whose insert left its notification out.
+func (p *Publisher) inserts(queues []Queue, rows []InsertRow) (stmts []Stmt, tickets []ticket, quiet []Queue) {
+	for _, q := range queues {
+		if p.gate == nil {
+			stmts = append(stmts, p.e.d.Insert(q, rows)...)
+			continue
+		}
+		notify, tk := p.gate.begin(q)
+		tickets = append(tickets, tk)
+		if !notify {
+			quiet = append(quiet, q)
+		}
+		stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
+	}
+	return stmts, tickets, quiet
 }
 
 // targets returns the queues subscribed to topic or, when there are none
@@ -259,18 +262,7 @@ func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic 
 				queues = []Queue{p.e.queue(topic, "")}
 			}
 			var stmts []Stmt
-			for _, q := range queues {
-				if p.gate == nil {
-					stmts = append(stmts, p.e.d.Insert(q, rows)...)
-					continue
-				}
-				notify, tk := p.gate.begin(q)
-				tickets = append(tickets, tk)
-				if !notify {
-					quiet = append(quiet, q)
-				}
-				stmts = append(stmts, p.e.d.(NotifyCoalescer).InsertNotify(q, rows, notify)...)
-			}
+			stmts, tickets, quiet = p.inserts(queues, rows)
 			_, err = runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
 			return err
 		})
