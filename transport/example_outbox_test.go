@@ -40,12 +40,6 @@ func ExamplePublishInTx() {
 	if _, err := db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
 		panic(err)
 	}
-	// SQLite only: the transaction holds the process's one connection,
-	// so the topic's tables must exist before it begins; an ordinary
-	// publish creates them.
-	if err := pub.Publish("orders", message.NewMessage("hello", nil)); err != nil {
-		panic(err)
-	}
 
 	placeOrder := func(id string, commit bool) error {
 		tx, err := db.BeginTx(ctx, nil)
@@ -84,16 +78,13 @@ func ExamplePublishInTx() {
 	if err != nil {
 		panic(err)
 	}
-	for range 2 {
-		m := <-msgs
-		fmt.Println("received", m.UUID)
-		m.Ack()
-	}
+	m := <-msgs
+	fmt.Println("received", m.UUID)
+	m.Ack()
 	var n int
 	_ = db.QueryRow("SELECT COUNT(*) FROM orders").Scan(&n)
 	fmt.Println("orders:", n)
 	// Output:
-	// received hello
 	// received order-2
 	// orders: 1
 }

@@ -133,11 +133,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return err
 	}
 	if len(p.cfg.Groups) > 0 {
-		if err := p.declare(ctx, topic); err != nil {
+		if err := p.declare(ctx, nil, topic); err != nil {
 			return err
 		}
 	}
-	queues, parked, err := p.targets(ctx, p.e.db, topic)
+	queues, parked, err := p.targets(ctx, p.e.db, nil, topic)
 	if err != nil {
 		return err
 	}
@@ -200,8 +200,9 @@ func (p *Publisher) inserts(queues []Queue, rows []InsertRow) (stmts []Stmt, tic
 // targets returns the queues subscribed to topic or, when there are none
 // (parked), its default queue (created if needed). The answer is cached
 // for SubscriptionsTTL, and dropped as soon as anything in this process
-// records a new subscription.
-func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Queue, bool, error) {
+// records a new subscription. It reads through q; with in, the caller's
+// transaction, it creates the default queue there, and caches nothing.
+func (p *Publisher) targets(ctx context.Context, q querier, in *sql.Tx, topic string) ([]Queue, bool, error) {
 	gen := subscriptionsGen.Load()
 	if p.cfg.SubscriptionsTTL > 0 {
 		p.subsMu.Lock()
@@ -212,11 +213,13 @@ func (p *Publisher) targets(ctx context.Context, q querier, topic string) ([]Que
 		}
 	}
 	at := time.Now()
-	qs, parked, err := p.lookup(ctx, q, topic)
+	qs, parked, err := p.lookup(ctx, q, in, topic)
 	if err != nil {
 		return nil, false, err
 	}
-	p.cache(topic, subsEntry{queues: qs, parked: parked, at: at, gen: gen})
+	if in == nil { // what in shows may roll back
+		p.cache(topic, subsEntry{queues: qs, parked: parked, at: at, gen: gen})
+	}
 	return qs, parked, nil
 }
 
@@ -305,18 +308,20 @@ func (p *Publisher) parkedCount(topic string, n int) {
 // declare registers the consumer groups declared for topic (Groups),
 // once per topic: their queues and subscriptions are created, and the
 // messages parked so far copied to them, as a subscriber's registration
-// does.
-func (p *Publisher) declare(ctx context.Context, topic string) error {
+// does. With in, the caller's transaction, it registers there, every time.
+func (p *Publisher) declare(ctx context.Context, in *sql.Tx, topic string) error {
 	if _, done := p.declared.Load(topic); done {
 		return nil
 	}
 	groups := append(append([]string(nil), p.cfg.Groups[topic]...), p.cfg.Groups["*"]...)
 	for _, g := range groups {
-		if err := p.e.ensureQueue(ctx, p.e.queue(topic, g), true); err != nil {
+		if err := p.e.ensureQueueIn(ctx, in, p.e.queue(topic, g), true); err != nil {
 			return fmt.Errorf("sqlqueue: publish to %q: register declared group %q: %w", topic, g, err)
 		}
 	}
-	p.declared.Store(topic, true)
+	if in == nil {
+		p.declared.Store(topic, true)
+	}
 	return nil
 }
 
@@ -325,14 +330,15 @@ func (p *Publisher) declare(ctx context.Context, topic string) error {
 const maxCachedTopics = 10000
 
 // lookup returns the queues subscribed to topic or, when there are none
-// (parked), its default queue, created if needed.
-func (p *Publisher) lookup(ctx context.Context, q querier, topic string) ([]Queue, bool, error) {
+// (parked), its default queue, created if needed (in in, the caller's
+// transaction, when not nil).
+func (p *Publisher) lookup(ctx context.Context, q querier, in *sql.Tx, topic string) ([]Queue, bool, error) {
 	qs, err := p.subscribed(ctx, q, topic)
 	if err != nil || len(qs) > 0 {
 		return qs, false, err
 	}
 	dq := p.e.queue(topic, "")
-	if err := p.e.ensureQueue(ctx, dq, false); err != nil {
+	if err := p.e.ensureQueueIn(ctx, in, dq, false); err != nil {
 		return nil, false, err
 	}
 	return []Queue{dq}, true, nil
@@ -403,7 +409,9 @@ func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 // WithTx returns a publisher that inserts inside tx, the caller's
 // transaction (the outbox pattern): the messages become visible when, and
 // only if, tx commits. Tables are created, when missing, on the
-// publisher's own pool before the first insert. PostgreSQL subscribers are
+// publisher's own pool before the first insert; inside tx when that pool
+// holds a single connection (SQLite's), which tx may be holding.
+// PostgreSQL subscribers are
 // woken at commit by NOTIFY; other databases' subscribers find the rows on
 // their next poll.
 func (p *Publisher) WithTx(tx *sql.Tx) message.Publisher { return &txPublisher{p: p, tx: tx} }
@@ -411,6 +419,17 @@ func (p *Publisher) WithTx(tx *sql.Tx) message.Publisher { return &txPublisher{p
 type txPublisher struct {
 	p  *Publisher
 	tx *sql.Tx
+}
+
+// inside returns the transaction that creates missing tables: tx when the
+// publisher's pool cannot open a second connection while tx holds one
+// (SQLite's pool holds one), nil (the pool) otherwise, which keeps DDL and
+// its locks out of the caller's transaction.
+func (t *txPublisher) inside() *sql.Tx {
+	if t.p.e.db.Stats().MaxOpenConnections == 1 {
+		return t.tx
+	}
+	return nil
 }
 
 func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
@@ -430,15 +449,16 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil || len(rows) == 0 {
 		return err
 	}
-	if err := p.e.ensureQueue(ctx, p.e.queue(topic, ""), false); err != nil {
+	in := t.inside()
+	if err := p.e.ensureQueueIn(ctx, in, p.e.queue(topic, ""), false); err != nil {
 		return err
 	}
 	if len(p.cfg.Groups) > 0 {
-		if err := p.declare(ctx, topic); err != nil {
+		if err := p.declare(ctx, in, topic); err != nil {
 			return err
 		}
 	}
-	queues, parked, err := p.targets(ctx, t.tx, topic)
+	queues, parked, err := p.targets(ctx, t.tx, in, topic)
 	if err != nil {
 		return err
 	}

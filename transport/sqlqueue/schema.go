@@ -82,24 +82,38 @@ func (e *engine) latest() int {
 
 // ensureShared checks the session and brings the shared tables to the
 // latest version, once per engine.
-func (e *engine) ensureShared(ctx context.Context) error {
+func (e *engine) ensureShared(ctx context.Context) error { return e.ensureSharedIn(ctx, nil) }
+
+// ensureSharedIn is ensureShared inside in, the caller's transaction, when
+// in is not nil (see txPublisher.inside): nothing is remembered then, as
+// in may roll back, and no session check runs (it needs a connection of
+// its own).
+func (e *engine) ensureSharedIn(ctx context.Context, in *sql.Tx) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.sharedOK {
 		return nil
 	}
-	if c, ok := e.d.(SessionChecker); ok {
+	var q querier = e.db
+	if in != nil {
+		q = in
+	} else if c, ok := e.d.(SessionChecker); ok {
 		if err := c.Check(ctx, e.db); err != nil {
 			return fmt.Errorf("sqlqueue: %s session check: %w", e.d.Name(), err)
 		}
 	}
 	want := e.latest()
-	// Fast path: no lock when the version is already right.
+	// Fast path: no lock when the version is already right. Not in the
+	// caller's transaction, unless the schema is managed by hand: a
+	// failed query (no version table) would abort it on PostgreSQL.
 	var have int
-	err := query(ctx, e.db, &e.ctrs.other, e.d.SchemaVersion(e.names), func(r *sql.Rows) error { return r.Scan(&have) })
+	err := errors.New("in the caller's transaction")
+	if in == nil || e.tables.ManualSchema {
+		err = query(ctx, q, &e.ctrs.other, e.d.SchemaVersion(e.names), func(r *sql.Rows) error { return r.Scan(&have) })
+	}
 	switch {
 	case err == nil && have == want:
-		e.sharedOK = true
+		e.sharedOK = in == nil
 		return nil
 	case err == nil && have > want:
 		return fmt.Errorf("%w: the database has version %d, this build knows up to %d", ErrSchemaVersion, have, want)
@@ -109,7 +123,7 @@ func (e *engine) ensureShared(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: the database has version %d, want %d; apply the DDL (sqlqueue.DDL) first", ErrSchemaVersion, have, want)
 	}
-	err = inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
+	err = e.run(ctx, in, func(tx *sql.Tx) error {
 		if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
 			return fmt.Errorf("schema lock: %w", err)
 		}
@@ -143,8 +157,17 @@ func (e *engine) ensureShared(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlqueue: create schema: %w", err)
 	}
-	e.sharedOK = true
+	e.sharedOK = in == nil
 	return nil
+}
+
+// run calls fn in in, the caller's transaction, or in a transaction of its
+// own when in is nil.
+func (e *engine) run(ctx context.Context, in *sql.Tx, fn func(*sql.Tx) error) error {
+	if in != nil {
+		return fn(in)
+	}
+	return inTx(ctx, e.db, &e.ctrs.txs, fn)
 }
 
 // ensureQueue creates q's table (unless ManualSchema) and, with subscribe,
@@ -152,10 +175,16 @@ func (e *engine) ensureShared(ctx context.Context) error {
 // subscription (q.Group != "") is a registration (see register) when the
 // dialect parks messages.
 func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error {
+	return e.ensureQueueIn(ctx, nil, q, subscribe)
+}
+
+// ensureQueueIn is ensureQueue inside in, the caller's transaction, when in
+// is not nil: nothing is remembered then, as in may roll back.
+func (e *engine) ensureQueueIn(ctx context.Context, in *sql.Tx, q Queue, subscribe bool) error {
 	if err := checkNames(e.d, q.Topic, q.Group); err != nil {
 		return err
 	}
-	if err := e.ensureShared(ctx); err != nil {
+	if err := e.ensureSharedIn(ctx, in); err != nil {
 		return err
 	}
 	key := q.Name
@@ -173,11 +202,11 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 	if parking {
 		// The default queue holds the parked rows the group's first
 		// registration copies.
-		if err := e.ensureQueue(ctx, e.queue(q.Topic, ""), false); err != nil {
+		if err := e.ensureQueueIn(ctx, in, e.queue(q.Topic, ""), false); err != nil {
 			return err
 		}
 	}
-	err := inTx(ctx, e.db, &e.ctrs.txs, func(tx *sql.Tx) error {
+	err := e.run(ctx, in, func(tx *sql.Tx) error {
 		create := !e.tables.ManualSchema
 		if qc, ok := e.d.(QueueChecker); ok && create {
 			exists := false
@@ -221,6 +250,9 @@ func (e *engine) ensureQueue(ctx context.Context, q Queue, subscribe bool) error
 	})
 	if err != nil {
 		return e.wrapQueueErr(q, fmt.Errorf("sqlqueue: create queue %s: %w", q.Name, err))
+	}
+	if in != nil {
+		return nil
 	}
 	e.mu.Lock()
 	e.queues[key] = true
