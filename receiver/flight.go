@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"database/sql"
 	"errors"
 	"strconv"
 	"sync"
@@ -36,6 +37,7 @@ type flight struct {
 	acked   bool                    // the ack succeeded (set by the party that took it)
 	ackedAt time.Time               // when an asynchronous ack started (completeAsync)
 	ackDone atomic.Bool             // an asynchronous ack's outcome arrived
+	htx     handlerTx               // the handler's transaction (tx.go)
 
 	mu      sync.Mutex
 	permit  bool // the concurrency permit is still held
@@ -113,6 +115,9 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		if entered || outcome != transport.OutcomeNacked || wake == nil || !r.retriesInPlace(f.d, f.msg) {
 			break
 		}
+		if committed, _ := f.committedTx(); committed {
+			break // CommitTx settled it: nothing to retry
+		}
 		// Concurrency 1: the process goroutine holds the only permit;
 		// retry the message in place and watch it again.
 		if again, k := f.again(); !again {
@@ -129,9 +134,25 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		return keptNothing
 	}
 	f.tracker.Cancel()
+	if committed, err := f.committedTx(); committed {
+		return f.endKeep(f.settleCommitted(err), wake != nil)
+	}
+	var tx *sql.Tx
+	if outcome == transport.OutcomeAcked {
+		tx = f.takeTx()
+	} else {
+		f.rollbackTx(false) // before the settlement: on SQLite it holds the connection
+	}
 	onSlot := outcome != transport.OutcomeAbandoned && f.toSlot()
 	switch outcome {
 	case transport.OutcomeAcked:
+		if tx != nil {
+			err := r.completeTx(f.d, f.msg, tx)
+			if f.acked = err == nil; err != nil && !errors.Is(err, transport.ErrLeaseLost) {
+				outcome = r.nack(f.d, f.msg, "the handler transaction did not commit: "+err.Error())
+			}
+			break
+		}
 		if r.async != nil && wake != nil && onSlot {
 			f.completeAsync()
 			return keptWorker
@@ -159,6 +180,7 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 func (f *flight) again() (bool, kept) {
 	r := f.r
 	f.tracker.Cancel() // the nacked attempt's context ends
+	f.rollbackTx(true) // the next attempt may begin its own
 	if f.finish != nil {
 		finish := f.finish
 		f.finish = nil
@@ -265,6 +287,7 @@ func (f *flight) ackSettled(err error) {
 func (f *flight) undelivered() {
 	f.take()
 	f.tracker.Cancel()
+	f.rollbackTx(false)
 	if f.d.Started {
 		f.r.release([]*transport.Delivery{f.d})
 	} else {
@@ -278,6 +301,7 @@ func (f *flight) undelivered() {
 // handed back for redelivery.
 func (f *flight) handBack() {
 	f.tracker.Cancel()
+	f.rollbackTx(false)
 	f.r.logDebug("closing: batched message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
 	f.r.retry(f.d, f.msg, 0)
 	f.end(transport.OutcomeAbandoned)
@@ -319,6 +343,7 @@ func (f *flight) endKeep(outcome transport.Outcome, keep bool) kept {
 	if ended {
 		return keptNothing
 	}
+	f.rollbackTx(false) // whatever is left open (a panic on the way)
 	r := f.r
 	if f.finish != nil {
 		r.observe(func(transport.Observer) { f.finish(outcome) })

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/handlertx"
 )
 
 // Pending counts the messages of one listener that batching stages hold.
@@ -110,8 +112,14 @@ func (c *trackerCtx) Done() <-chan struct{}       { return c.parent.Done() }
 func (c *trackerCtx) Err() error                  { return c.parent.Err() }
 
 func (c *trackerCtx) Value(key any) any {
-	if key == (trackerKey{}) {
+	switch key {
+	case trackerKey{}:
 		return &c.t
+	case handlertx.Key{}:
+		// The delivery's handler transaction (transport.TxFromContext).
+		if b, ok := c.t.hooks.(handlertx.Binder); ok {
+			return b
+		}
 	}
 	return c.parent.Value(key)
 }

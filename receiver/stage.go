@@ -79,6 +79,7 @@ type stage struct {
 	renewer  transport.Renewer        // nil when the source has no leases to renew
 	seq      transport.Sequencer      // nil when the source needs no sequenced dispatch
 	async    transport.AsyncCompleter // nil when the source acks synchronously only
+	txs      transport.TxSettler      // nil when the source cannot settle in a handler's transaction
 	cfg      Config
 	inPlace  bool // a nack retries in place (Config.RetryInPlace)
 	out      *outbox
@@ -169,6 +170,7 @@ func newStage(p stageParams) (pipe, error) {
 		r.seq, r.busy = sq, map[string]struct{}{}
 	}
 	r.async, _ = p.Source.(transport.AsyncCompleter)
+	r.txs, _ = p.Source.(transport.TxSettler)
 	if rn, ok := p.Source.(transport.Renewer); ok && rn.RenewInterval() > 0 {
 		r.renewer = rn
 	}

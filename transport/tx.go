@@ -1,17 +1,22 @@
 package transport
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/handlertx"
 )
 
 // ErrTxUnsupported is returned by PublishInTx for a publisher that cannot
-// publish inside a SQL transaction: mem, SQS, or a decorator that does not
-// pass the capability on.
-var ErrTxUnsupported = errors.New("berth: publisher cannot publish inside a SQL transaction")
+// publish inside a SQL transaction (mem, SQS, or a decorator that does not
+// pass the capability on), and by TxFromContext and CommitTx for a message
+// whose subscriber cannot settle it inside one (mem, SQS: use
+// package inbox instead).
+var ErrTxUnsupported = errors.New("berth: no SQL transaction for this publisher or message")
 
 // A TxPublisher publishes inside the caller's SQL transaction (the
 // transactional outbox): the messages become visible when, and only if,
@@ -48,4 +53,78 @@ func PublishInTx(pub message.Publisher, tx *sql.Tx) (message.Publisher, error) {
 		return nil, fmt.Errorf("%w: %T (only the SQL transports' publishers can)", ErrTxUnsupported, pub)
 	}
 	return tp.WithTx(tx), nil
+}
+
+// A TxSettler is a Source that can settle a delivery inside a SQL
+// transaction its handler wrote in: the handler's transaction
+// (TxFromContext). The SQL transports' sources implement it. The pipeline
+// begins the transaction only when the handler asks for it, so messages
+// whose handlers never do are settled as before.
+type TxSettler interface {
+	// BeginTx begins a transaction on the database that holds d's queue
+	// table. ctx bounds the transaction's life (database/sql rolls it back
+	// when ctx is done).
+	BeginTx(ctx context.Context, d *Delivery) (*sql.Tx, error)
+
+	// CompleteTx removes d inside tx, fenced by d's lease as Complete is,
+	// and commits tx. When the lease is gone it rolls tx back and returns
+	// ErrLeaseLost; on any other error tx is rolled back too, unless the
+	// commit itself failed (its outcome is then unknown). Either way tx
+	// is done when it returns.
+	CompleteTx(ctx context.Context, d *Delivery, tx *sql.Tx) error
+}
+
+// TxFromContext returns the handler transaction of the message whose
+// context ctx is (msg.Context(), or a context derived from it, as a
+// Watermill router's handler receives): a transaction on the database of
+// the message's queue table, begun on the first call and the same on every
+// later one. It is watermill-sql's TxFromContext, begun lazily.
+//
+// Whatever the handler writes through it commits together with the
+// message's ack, fenced by the message's lease: when the handler acks (a
+// router handler returns nil), the pipeline deletes the message inside the
+// transaction and commits, so the writes and the ack commit or fail
+// together; when the lease was lost meanwhile (the handler ran past it and
+// another consumer took the message), the transaction rolls back and the
+// ack reports ErrLeaseLost. A nack, a handler error or a closing
+// subscriber rolls the transaction back, and the message is retried or
+// dead-lettered as usual. Messages published through PublishInTx(pub, tx)
+// commit with it too (sends atomic with the receive). CommitTx commits
+// before the handler returns, to learn the outcome.
+//
+// Handlers that never call TxFromContext pay nothing: their acks are
+// batched as usual. The user's tables must be in the database of the
+// subscriber's queue tables. Do not Commit or Rollback the transaction
+// yourself, and on SQLite (one connection per process) publish and query
+// only through it until the handler returns.
+//
+// It returns an error wrapping ErrTxUnsupported for a message whose
+// subscriber cannot settle inside a transaction (mem, SQS) or that did not
+// come from a Berth subscriber; one wrapping sql.ErrTxDone once the
+// message is settled; or the database's error when the transaction cannot
+// begin.
+func TxFromContext(ctx context.Context) (*sql.Tx, error) {
+	b := handlertx.From(ctx)
+	if b == nil {
+		return nil, fmt.Errorf("%w: the context is not a message context of a SQL transport's subscriber (postgres, sqlite, sqlserver)", ErrTxUnsupported)
+	}
+	return b.Tx(ctx)
+}
+
+// CommitTx settles the message whose context ctx is inside its handler
+// transaction (TxFromContext) and commits it now, while the handler still
+// runs, so that it learns the outcome: nil means the handler's writes and
+// the ack committed together, and the handler should return nil (the
+// router's ack that follows finds the message settled); ErrLeaseLost means
+// the lease was gone and everything rolled back (the message belongs to
+// another consumer; return nil or an error, the outcome is the same). On
+// any other error nothing is known to have committed: the message is
+// retried whatever the handler returns. A handler that never called
+// TxFromContext commits an empty transaction with the settlement.
+func CommitTx(ctx context.Context) error {
+	b := handlertx.From(ctx)
+	if b == nil {
+		return fmt.Errorf("%w: the context is not a message context of a SQL transport's subscriber (postgres, sqlite, sqlserver)", ErrTxUnsupported)
+	}
+	return b.Commit(ctx)
 }

@@ -80,6 +80,7 @@ var (
 	_ transport.Renewer       = (*Source)(nil)
 	_ transport.Waker         = (*Source)(nil)
 	_ transport.DirectClaimer = (*Source)(nil)
+	_ transport.TxSettler     = (*Source)(nil)
 )
 
 // handle is a delivery's settlement token. keyed: the row has an ordering
@@ -496,6 +497,44 @@ func (s *Source) CompleteAsync(ctx context.Context, d *transport.Delivery, done 
 		}
 	}
 	s.complete.DoAsync(ctx, d, func(err error) { done(s.settleErr("complete", d, err)) })
+}
+
+// BeginTx implements transport.TxSettler: a transaction on the queue
+// table's database, for a handler to write in (transport.TxFromContext).
+func (s *Source) BeginTx(ctx context.Context, d *transport.Delivery) (*sql.Tx, error) {
+	s.e.ctrs.txs.Add(1)
+	tx, err := s.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlqueue: begin the handler transaction of row %s of %s: %w", d.ID, s.q.Name, err)
+	}
+	return tx, nil
+}
+
+// CompleteTx implements transport.TxSettler: Complete's fenced DELETE,
+// inside the handler's transaction, then its COMMIT. The DELETE locks the
+// row until the commit, so a consumer that takes the row over after it
+// (the sweeper, a claim) waits for the outcome or skips the row; one that
+// took it over before it leaves it untouched (lease lost).
+func (s *Source) CompleteTx(ctx context.Context, d *transport.Delivery, tx *sql.Tx) error {
+	defer s.unblocked(d)
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	ids, err := queryIDs(sctx, tx, &s.e.ctrs.completes, s.e.d.Complete(s.q, []Ref{refOf(d)}))
+	if err == nil && len(ids) == 0 {
+		err = s.lost(d)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		if !errors.Is(err, transport.ErrLeaseLost) {
+			err = fmt.Errorf("sqlqueue: complete row %s of %s in the handler transaction: %w", d.ID, s.q.Name, err)
+		}
+		return err
+	}
+	s.e.ctrs.txs.Add(1)
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlqueue: commit the handler transaction of row %s of %s: %w", d.ID, s.q.Name, err)
+	}
+	return nil
 }
 
 // settleRiders hands the acks a claim statement carried their outcomes:

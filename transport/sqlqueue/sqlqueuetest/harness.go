@@ -163,6 +163,7 @@ var cases = []struct {
 	{"DeclaredGroupsReceiveBeforeSubscribing", testDeclaredGroups},
 	{"ParkedPrunedPastRetention", testPruneParked},
 	{"AcksRideSubscriber", testAcksRideSubscriber},
+	{"HandlerTxCommitsWithAck", testHandlerTx},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
