@@ -15,7 +15,7 @@ import (
 // publish inside a SQL transaction (mem, SQS, or a decorator that does not
 // pass the capability on), and by TxFromContext and CommitTx for a message
 // whose subscriber cannot settle it inside one (mem, SQS: use
-// package inbox instead).
+// inbox.Middleware, in package github.com/berth-go/berth/inbox).
 var ErrTxUnsupported = errors.New("berth: no SQL transaction for this publisher or message")
 
 // A TxPublisher publishes inside the caller's SQL transaction (the
@@ -98,9 +98,13 @@ type TxSettler interface {
 // yourself, and on SQLite (one connection per process) publish and query
 // only through it until the handler returns.
 //
+// Behind inbox.Middleware (any transport, effects in a SQL database) it
+// returns the inbox's transaction instead, which commits with the
+// message's key in the user's database before the ack.
+//
 // It returns an error wrapping ErrTxUnsupported for a message whose
-// subscriber cannot settle inside a transaction (mem, SQS) or that did not
-// come from a Berth subscriber; one wrapping sql.ErrTxDone once the
+// subscriber cannot settle inside a transaction (mem, SQS: use the inbox)
+// or that did not come from a Berth subscriber; one wrapping sql.ErrTxDone once the
 // message is settled; or the database's error when the transaction cannot
 // begin.
 func TxFromContext(ctx context.Context) (*sql.Tx, error) {

@@ -103,7 +103,9 @@ func (p *postgresDB) excludeAdmin(ctx context.Context) error {
 
 func (p *postgresDB) name() string           { return "postgres" }
 func (p *postgresDB) resultDatabase() string { return "" }
-func (p *postgresDB) strategies() []string   { return DrainStrategies }
+func (p *postgresDB) strategies() []string {
+	return append(append([]string(nil), DrainStrategies...), StrategyBerthTx, StrategyBerthEffect, StrategyWatermillSQLTx)
+}
 func (p *postgresDB) tracesStatements() bool { return true }
 func (p *postgresDB) notes() []string        { return p.remarks }
 func (p *postgresDB) close() error           { return p.admin.Close() }

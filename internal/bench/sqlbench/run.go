@@ -60,6 +60,20 @@ type harness struct {
 	db database
 	// runNotes are the current run's notes.
 	runNotes []string
+	// effectErrs counts the current run's failed effects (effect.go), and
+	// firstEffectErr is the first.
+	effectMu       sync.Mutex
+	effectErrs     int
+	firstEffectErr error
+}
+
+// effectErr records a handler's failed effect (the message is nacked).
+func (h *harness) effectErr(err error) {
+	h.effectMu.Lock()
+	defer h.effectMu.Unlock()
+	if h.effectErrs++; h.firstEffectErr == nil {
+		h.firstEffectErr = err
+	}
 }
 
 func newHarness(db database) *harness { return &harness{db: db} }
@@ -295,6 +309,13 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 				go func() {
 					defer handlers.Done()
 					time.Sleep(rc.Handler) // the simulated work
+					if in.effect != nil {
+						if err := in.effect(msg); err != nil {
+							h.effectErr(err)
+							msg.Nack()
+							return
+						}
+					}
 					tr.record(msg, time.Now())
 					msg.Ack()
 				}()
@@ -461,6 +482,12 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	if timedOut {
 		notes = append(notes, fmt.Sprintf("stopped with %d of %d messages processed", processed, published))
 	}
+	h.effectMu.Lock()
+	if h.effectErrs > 0 {
+		notes = append(notes, fmt.Sprintf("%d effects failed (nacked), the first: %v", h.effectErrs, h.firstEffectErr))
+	}
+	h.effectErrs, h.firstEffectErr = 0, nil
+	h.effectMu.Unlock()
 	notes = append(notes, dbNotes...)
 	notes = append(notes, h.runNotes...)
 	h.runNotes = nil

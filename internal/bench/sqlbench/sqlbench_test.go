@@ -115,13 +115,36 @@ func BenchmarkSQLServerSteady(b *testing.B) {
 	runBench(b, openTestSQLServer(b), SteadyConfigs(benchScale(b)))
 }
 
+// BenchmarkTxCost is the exactly-once comparison on PostgreSQL
+// (TxStrategies): a drain with 1 and 4 instances, then a light steady load
+// (4 instances, 200 msg/s, 10 ms handler), every handler writing one row:
+//
+//	go test -run '^$' -bench TxCost -benchtime 1x ./internal/bench/sqlbench/
+func BenchmarkTxCost(b *testing.B) {
+	var rcs []RunConfig
+	for _, rc := range DrainConfigs(benchScale(b)) {
+		if rc.Instances <= 4 && rc.Strategy == StrategyBerth {
+			for _, s := range TxStrategies {
+				rc.Strategy = s
+				rcs = append(rcs, rc)
+			}
+		}
+	}
+	for _, s := range TxStrategies {
+		rc := SteadyConfigs(benchScale(b))[0]
+		rc.Strategy, rc.Instances, rc.Rate, rc.Handler = s, 4, 200, 10*time.Millisecond
+		rcs = append(rcs, rc)
+	}
+	runBench(b, openTestPostgres(b), rcs)
+}
+
 // TestRunSmoke runs one tiny drain and one tiny steady run of every
 // strategy on a real PostgreSQL and checks that the measurements are there.
 func TestRunSmoke(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(openTestPostgres(t))
 	defer h.Close()
-	for _, s := range Strategies {
+	for _, s := range append(append([]string(nil), Strategies...), StrategyBerthEffect, StrategyBerthTx, StrategyWatermillSQLTx) {
 		t.Run(s, func(t *testing.T) {
 			rc := DrainConfigs(0.01)[0]
 			rc.Strategy, rc.Instances, rc.Backlog = s, 2, 50
@@ -129,7 +152,7 @@ func TestRunSmoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Messages != 50 || r.Metrics["duplicates"] != 0 {
+			if r.Messages != 50 || r.Metrics["duplicates"] != 0 || strings.Contains(r.Notes, "effects failed") {
 				t.Fatalf("drain processed %d (duplicates %v), want 50: %s", r.Messages, r.Metrics["duplicates"], r.Notes)
 			}
 			if r.Metrics["round_trips_per_msg"] <= 0 || r.Metrics["statements_per_msg"] <= 0 {

@@ -51,6 +51,8 @@ type instance struct {
 	engine func() sqlqueue.Stats
 	// peeks returns the baseline's peeks and empty peeks (nil otherwise).
 	peeks func() (peeks, empty int64)
+	// effect is the handler's write, before its ack (nil: none; effect.go).
+	effect func(*message.Message) error
 }
 
 // isBerthClaim matches the engine's claim statements, Claim and
@@ -69,6 +71,12 @@ func strategyByName(name string) (strategy, error) {
 		return watermillSQLStrategy(), nil
 	case StrategyLimit:
 		return limitStrategy(), nil
+	case StrategyBerthTx:
+		return berthTxStrategy(), nil
+	case StrategyBerthEffect:
+		return berthEffectStrategy(), nil
+	case StrategyWatermillSQLTx:
+		return watermillSQLTxStrategy(), nil
 	}
 	return strategy{}, fmt.Errorf("sqlbench: unknown strategy %q", name)
 }

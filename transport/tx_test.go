@@ -1,0 +1,63 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport"
+	_ "github.com/berth-go/berth/transport/mem"
+)
+
+// TestTxFromContextRefusesWhatCannot: a message of a transport that cannot
+// settle inside a SQL transaction (mem), and a context that is no message
+// context, get ErrTxUnsupported from TxFromContext and CommitTx, and the
+// message is settled as usual.
+func TestTxFromContextRefusesWhatCannot(t *testing.T) {
+	if _, err := transport.TxFromContext(context.Background()); !errors.Is(err, transport.ErrTxUnsupported) {
+		t.Fatalf("TxFromContext(Background) = %v, want ErrTxUnsupported", err)
+	}
+	if err := transport.CommitTx(context.Background()); !errors.Is(err, transport.ErrTxUnsupported) {
+		t.Fatalf("CommitTx(Background) = %v, want ErrTxUnsupported", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	url := "mem://tx-" + t.Name()
+	pub, err := transport.OpenPublisher(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := transport.OpenSubscriber(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("t", message.NewMessage("m1", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var m *message.Message
+	select {
+	case m = <-msgs:
+	case <-ctx.Done():
+		t.Fatal("no message")
+	}
+	if tx, err := transport.TxFromContext(m.Context()); tx != nil || !errors.Is(err, transport.ErrTxUnsupported) {
+		t.Fatalf("TxFromContext on mem = %v, %v; want nil, ErrTxUnsupported", tx, err)
+	}
+	if err := transport.CommitTx(m.Context()); !errors.Is(err, transport.ErrTxUnsupported) {
+		t.Fatalf("CommitTx on mem = %v, want ErrTxUnsupported", err)
+	}
+	m.Ack()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
