@@ -48,6 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kinds      = fs.String("kinds", "", "comma-separated fault kinds (default: all the transport supports)")
 		seed       = fs.Uint64("seed", 0, "seed of the fault schedule (0: random)")
 		keep       = fs.Bool("keep", false, "keep the run's schema or queues")
+		effects    = fs.Bool("effects", false, "exactly-once effects: handlers count in the handler's transaction (SQL) or the inbox (SQS), and every count must end at 1")
 		verbose    = fs.Bool("v", false, "print every fault and progress")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg := chaos.Config{
 			Transport: t, URL: *rawURL, Messages: *messages, Duration: *duration, Instances: *instances,
 			PoisonEvery: *poison, FaultInterval: *interval, FaultLength: *length,
-			HandlerErrorRate: *errRate, HandlerPanicRate: *panicRate, Seed: *seed, Keep: *keep,
+			HandlerErrorRate: *errRate, HandlerPanicRate: *panicRate, Seed: *seed, Keep: *keep, Effects: *effects,
 		}
 		if *kinds != "" {
 			for _, k := range strings.Split(*kinds, ",") {

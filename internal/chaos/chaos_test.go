@@ -52,6 +52,9 @@ func runReduced(t *testing.T, cfg Config) {
 	if !rep.OK() {
 		t.Fatalf("the ledger shows problems (seed %d): %v", rep.Seed, rep.Problems)
 	}
+	if cfg.Effects && (!rep.Effects.Checked || rep.Effects.Once != rep.Counts.Published-rep.Counts.Poison) {
+		t.Errorf("effects: %+v, want every one of %d non-poison messages once", rep.Effects, rep.Counts.Published-rep.Counts.Poison)
+	}
 	if len(rep.Faults) < 5 {
 		t.Errorf("only %d faults were injected", len(rep.Faults))
 	}
@@ -74,6 +77,33 @@ func TestChaosSQLite(t *testing.T) {
 
 func TestChaosSQS(t *testing.T) {
 	runReduced(t, Config{Transport: "sqs", URL: testenv.SQSEndpoint(t), Messages: 1500})
+}
+
+// TestChaosEffects runs the harness with Config.Effects: every handler's
+// effect is a counter written in the handler's transaction (PostgreSQL,
+// SQLite) or the inbox's (SQS), and every counter must end at exactly 1
+// through the kills, cut connections, lost leases and handler failures.
+func TestChaosEffects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(t *testing.T) Config
+	}{
+		{"postgres", func(t *testing.T) Config { return Config{Transport: "postgres", URL: testenv.PostgresURL(t)} }},
+		{"sqlite", func(t *testing.T) Config { return Config{Transport: "sqlite", URL: t.TempDir()} }},
+		{"sqs", func(t *testing.T) Config {
+			return Config{Transport: "sqs", URL: testenv.SQSEndpoint(t), Messages: 1000}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg(t)
+			cfg.Effects = true
+			if cfg.Messages == 0 {
+				cfg.Messages = 1500
+			}
+			cfg.Duration = 12 * time.Second
+			runReduced(t, cfg)
+		})
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

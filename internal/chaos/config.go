@@ -91,6 +91,13 @@ type Config struct {
 	// DrainWait bounds the wait, after the fault phase, for every message
 	// to be handled or dead-lettered. Defaults to DefaultDrainWait (2m).
 	DrainWait time.Duration
+	// Effects makes the handlers' effects exactly-once and checks it: each
+	// successful handling adds 1 to its message's counter in a table, in
+	// the handler's transaction (transport.TxFromContext) on postgres and
+	// sqlite, in the inbox's (inbox.Middleware, a SQLite file) on sqs; the
+	// write comes before the injected handler failures, which roll it
+	// back. The Report's Effects must then show every counter at 1.
+	Effects bool
 	// Seed seeds the fault schedule and rates. Defaults to a random seed.
 	Seed uint64
 	// Keep leaves the run's schema or queues in place for inspection.

@@ -170,7 +170,8 @@ type Report struct {
 	Restarts      int   // instances killed and restarted
 	HandlerErrs   int64 // injected handler errors
 	HandlerPanics int64
-	DupBound      int // the duplicates allowed by the faults injected
+	DupBound      int          // the duplicates allowed by the faults injected
+	Effects       EffectCounts // with Config.Effects: the exactly-once check
 	Problems      []string
 }
 
@@ -196,6 +197,10 @@ func (r *Report) check() {
 	if r.Leftover != 0 {
 		r.Problems = append(r.Problems, fmt.Sprintf("%d rows/messages left at the broker after the run", r.Leftover))
 	}
+	if e := r.Effects; e.Checked && e.Missing+e.Twice+e.Poison > 0 {
+		r.Problems = append(r.Problems, fmt.Sprintf("effects: %d never applied, %d applied twice or more, %d poison applied (e.g. %s)",
+			e.Missing, e.Twice, e.Poison, strings.Join(e.Sample, ", ")))
+	}
 	if c.Duplicates > r.DupBound {
 		r.Problems = append(r.Problems, fmt.Sprintf("%d duplicates exceed the bound %d", c.Duplicates, r.DupBound))
 	}
@@ -213,6 +218,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "duplicates           %d (bound %d; %.3f%% of handlings)\n", c.Duplicates, r.DupBound, pct(c.Duplicates, c.Handlings))
 	fmt.Fprintf(w, "dead-lettered        %d (poison %d of %d, non-poison %d)\n", c.DeadLettered, c.DeadPoison, c.Poison, c.DeadNonPoison)
 	fmt.Fprintf(w, "left at broker       %d\n", r.Leftover)
+	if e := r.Effects; e.Checked {
+		fmt.Fprintf(w, "effects exactly once %d (never %d, twice or more %d, poison %d)\n", e.Once, e.Missing, e.Twice, e.Poison)
+	}
 	fmt.Fprintf(w, "handler errors       %d, panics %d\n", r.HandlerErrs, r.HandlerPanics)
 	fmt.Fprintf(w, "receiver rebuilds    %d\n", r.Rebuilds)
 

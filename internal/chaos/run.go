@@ -54,6 +54,8 @@ type runner struct {
 	// faults injects the berth: kinds into every instance's source and
 	// logger (this run's own: nothing is process-wide).
 	faults *transporttest.Faults
+	// fx is the exactly-once ledger (Config.Effects), or nil.
+	fx *effects
 
 	rebuilds      atomic.Int64
 	handlerErrs   atomic.Int64
@@ -112,9 +114,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		MaxErrorDelay: time.Second,
 		Observer:      observer{r: r},
 	}
+	if cfg.Effects {
+		if r.fx, err = r.openEffects(ctx); err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			return nil, errors.Join(err, b.close(cctx))
+		}
+	}
 	rep, err := r.run(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if r.fx != nil {
+		r.fx.release(cctx)
+	}
 	err = errors.Join(err, b.close(cctx))
 	return rep, err
 }
@@ -227,6 +239,13 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	rep.Restarts = r.restarts
 	rep.HandlerErrs = r.handlerErrs.Load()
 	rep.HandlerPanics = r.handlerPanics.Load()
+	if r.fx != nil {
+		if got, err := r.fx.counts(cctx); err != nil {
+			rep.Problems = append(rep.Problems, "cannot read the effects: "+err.Error())
+		} else {
+			rep.Effects = r.ledger.effectCounts(got)
+		}
+	}
 	rep.Elapsed = time.Since(start)
 	// Each fault can at most redeliver what every instance held: its
 	// buffer, its in-flight messages and a settle batch of acks.
@@ -319,6 +338,11 @@ func (r *runner) handle(inst *instance, msg *message.Message) (err error) {
 	if msg.Metadata.Get(metaPoison) == "1" {
 		return errors.New("chaos: poison")
 	}
+	if r.fx != nil { // before the injected failures, which roll it back
+		if err := r.fx.apply(msg); err != nil {
+			return err
+		}
+	}
 	attempt, _ := strconv.Atoi(msg.Metadata.Get(transport.MetadataAttempt))
 	if attempt <= 2 {
 		x := r.cfg.rnd()
@@ -344,6 +368,38 @@ func (r *runner) handle(inst *instance, msg *message.Message) (err error) {
 }
 
 var errKilled = errors.New("chaos: instance killed")
+
+// handleMsg runs handle, through the inbox when effects go through one
+// (SQS with Config.Effects).
+func (r *runner) handleMsg(inst *instance, msg *message.Message) error {
+	if r.fx == nil || r.fx.in == nil {
+		return r.handle(inst, msg)
+	}
+	_, err := r.fx.in.Middleware(func(m *message.Message) ([]*message.Message, error) {
+		return nil, r.handle(inst, m)
+	})(msg)
+	return err
+}
+
+// handleInBatch is handleMsg for one message of a batch: with effects in
+// the handler's transaction, the message settles inside it at once
+// (transport.CommitTx), or its transaction is rolled back, before the
+// next message's begins; held to the end of the batch, sixteen open
+// transactions would wait for connections they hold themselves (SQLite
+// has one per instance).
+func (r *runner) handleInBatch(inst *instance, msg *message.Message) error {
+	err := r.handleMsg(inst, msg)
+	if r.fx == nil || r.fx.in != nil {
+		return err
+	}
+	if err == nil {
+		return transport.CommitTx(msg.Context())
+	}
+	if tx, terr := transport.TxFromContext(msg.Context()); terr == nil {
+		_ = tx.Rollback() // the nack that follows finds it done
+	}
+	return err
+}
 
 func (r *runner) startInstance(ctx context.Context, slot int) error {
 	r.mu.Lock()
@@ -390,7 +446,7 @@ func (r *runner) startInstance(ctx context.Context, slot int) error {
 					}
 					var failed []int
 					for i, m := range msgs {
-						if r.handle(inst, m) != nil {
+						if r.handleInBatch(inst, m) != nil {
 							failed = append(failed, i)
 						}
 					}
@@ -413,7 +469,7 @@ func (r *runner) startInstance(ctx context.Context, slot int) error {
 						}
 						continue
 					}
-					if r.handle(inst, msg) != nil {
+					if r.handleMsg(inst, msg) != nil {
 						msg.Nack()
 					} else {
 						msg.Ack()

@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -102,9 +103,32 @@ func (f *Faults) hit(p Point) error {
 // FaultySource decorates src: each method first lets f inject its fault.
 // The optional interfaces (ClaimSizer, Renewer, Waker, WakeHinter) pass
 // through: the decorator reports none of them (a zero size, a zero
-// interval, a nil channel) where src implements none.
+// interval, a nil channel) where src implements none. A transport.TxSettler
+// stays one (its CompleteTx is an ack: AtAck), and only then.
 func FaultySource(src transport.Source, f *Faults) transport.Source {
-	return &faultySource{Source: src, f: f}
+	fs := &faultySource{Source: src, f: f}
+	if ts, ok := src.(transport.TxSettler); ok {
+		return &faultyTxSource{faultySource: fs, ts: ts}
+	}
+	return fs
+}
+
+// faultyTxSource is a faultySource of a transport.TxSettler.
+type faultyTxSource struct {
+	*faultySource
+	ts transport.TxSettler
+}
+
+func (s *faultyTxSource) BeginTx(ctx context.Context, d *transport.Delivery) (*sql.Tx, error) {
+	return s.ts.BeginTx(ctx, d)
+}
+
+func (s *faultyTxSource) CompleteTx(ctx context.Context, d *transport.Delivery, tx *sql.Tx) error {
+	if err := s.f.hit(AtAck); err != nil {
+		_ = tx.Rollback() // CompleteTx leaves tx done, whatever the outcome
+		return err
+	}
+	return s.ts.CompleteTx(ctx, d, tx)
 }
 
 type faultySource struct {

@@ -6,6 +6,8 @@
 // Commands go to one queue per command type, consumed once. Events go to a
 // topic per event type, and every event handler consumes them as its own
 // consumer group (the handler's name), so each handler sees every event.
+// The port's one addition: the publisher declares those groups (URL
+// groups=topic:group,…), so a handler that starts late misses nothing.
 //
 //	BERTH_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' go run ./examples/watermill/cqrs
 //
@@ -24,6 +26,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,17 +193,21 @@ func (s *seen) counts() map[string]int {
 	return c
 }
 
-// subscriberURL returns base with consumer_group=group (none for "").
-func subscriberURL(base, group string) (string, error) {
-	if group == "" {
-		return base, nil
-	}
+// declareGroups returns base with groups=topic:group,… for groups.
+func declareGroups(base string, groups map[string][]string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return "", err
 	}
+	var pairs []string
+	for topic, gs := range groups {
+		for _, g := range gs {
+			pairs = append(pairs, topic+":"+g)
+		}
+	}
+	sort.Strings(pairs)
 	q := u.Query()
-	q.Set("consumer_group", group)
+	q.Set("groups", strings.Join(pairs, ","))
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
@@ -222,7 +230,20 @@ func run(ctx context.Context, cfg config) (*seen, error) {
 
 	// The constructors: Berth's publisher, and a subscriber per handler
 	// (commands on the default queue, each event handler as its group).
-	publisher, err := transport.OpenPublisher(ctx, cfg.URL, transport.WithLogger(logger))
+	// The one addition to the original: the publisher declares each event
+	// handler's consumer group on its topic (URL groups=topic:group,…), so
+	// that a handler whose subscriber starts after the first event still
+	// gets it (docs/consumer-groups.md). Without it, a group receives what
+	// is published after it first subscribes, plus what was parked while
+	// the topic had no subscriber at all.
+	pubURL, err := declareGroups(cfg.URL, map[string][]string{
+		eventsTopic("RoomBooked"):  {"OrderBeerOnRoomBooked", "BookingsFinancialReport"},
+		eventsTopic("BeerOrdered"): {"LogBeerOrdered"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	publisher, err := transport.OpenPublisher(ctx, pubURL, transport.WithLogger(logger))
 	if err != nil {
 		return nil, err
 	}
@@ -234,11 +255,7 @@ func run(ctx context.Context, cfg config) (*seen, error) {
 		}
 	}()
 	newSubscriber := func(group string) (message.Subscriber, error) {
-		u, err := subscriberURL(cfg.URL, group)
-		if err != nil {
-			return nil, err
-		}
-		sub, err := transport.OpenSubscriber(ctx, u, transport.WithLogger(logger))
+		sub, err := transport.OpenSubscriber(ctx, cfg.URL, transport.WithLogger(logger), transport.WithConsumerGroup(group))
 		if err != nil {
 			return nil, err
 		}
