@@ -103,8 +103,11 @@ func (f *Faults) hit(p Point) error {
 // FaultySource decorates src: each method first lets f inject its fault.
 // The optional interfaces (ClaimSizer, Renewer, Waker, WakeHinter) pass
 // through: the decorator reports none of them (a zero size, a zero
-// interval, a nil channel) where src implements none. A transport.TxSettler
-// stays one (its CompleteTx is an ack: AtAck), and only then.
+// interval, a nil channel) where src implements none; so do DirectClaimer
+// and AsyncCompleter, falling back to Claim and Complete, so that faults
+// reach the paths a source really takes (claims straight into processing,
+// group-committed acks). A transport.TxSettler stays one (its CompleteTx is
+// an ack: AtAck), and only then.
 func FaultySource(src transport.Source, f *Faults) transport.Source {
 	fs := &faultySource{Source: src, f: f}
 	if ts, ok := src.(transport.TxSettler); ok {
@@ -141,6 +144,35 @@ func (s *faultySource) Claim(ctx context.Context, max int) ([]*transport.Deliver
 		return nil, err
 	}
 	return s.Source.Claim(ctx, max)
+}
+
+// ClaimDirect implements transport.DirectClaimer: the source's own when it
+// has one (claims straight into processing), else Claim, which starts
+// none. A fault at AtReceive comes first either way.
+func (s *faultySource) ClaimDirect(ctx context.Context, max, direct int) ([]*transport.Delivery, error) {
+	if err := s.f.hit(AtReceive); err != nil {
+		return nil, err
+	}
+	if dc, ok := s.Source.(transport.DirectClaimer); ok {
+		return dc.ClaimDirect(ctx, max, direct)
+	}
+	return s.Source.Claim(ctx, max)
+}
+
+// CompleteAsync implements transport.AsyncCompleter: the source's own when
+// it has one (group-committed acks), else Complete on the caller's
+// goroutine. A fault at AtAck comes first either way (a panic on the
+// caller's goroutine, an error handed to done).
+func (s *faultySource) CompleteAsync(ctx context.Context, d *transport.Delivery, done func(error)) {
+	if err := s.f.hit(AtAck); err != nil {
+		done(err)
+		return
+	}
+	if ac, ok := s.Source.(transport.AsyncCompleter); ok {
+		ac.CompleteAsync(ctx, d, done)
+		return
+	}
+	done(s.Source.Complete(ctx, d))
 }
 
 func (s *faultySource) Map(d *transport.Delivery) (*message.Message, error) {
