@@ -150,19 +150,31 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	// database fails over): after a connection lost mid-statement it may
 	// have committed, and a second run would publish every message twice.
 	// Several inserts run in one transaction, run again whole.
-	err = p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
-		if len(stmts) == 1 {
-			return query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
-		}
-		return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
-			_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
-			return err
+	insert := func() error {
+		return p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
+			if len(stmts) == 1 {
+				return query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
+			}
+			return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+				_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
+				return err
+			})
 		})
-	})
+	}
+	err = insert()
+	// A queue table dropped since it was made (an operator, a restored
+	// database): made again, as a subscriber does, and the insert, which
+	// cannot have committed, runs once more.
+	if err != nil && missingTable(p.e.d, err) && p.reprovision(ctx, queues) {
+		err = insert()
+	}
 	for _, tk := range tickets {
 		p.gate.end(tk, err == nil)
 	}
 	if err != nil {
+		if missingTable(p.e.d, err) {
+			err = fmt.Errorf("%w: %w", transport.ErrQueueNotFound, err)
+		}
 		return fmt.Errorf("sqlqueue: publish to %q: %w", topic, err)
 	}
 	p.e.ctrs.published.Add(int64(len(rows) * len(queues)))
@@ -176,6 +188,20 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		localWake.notify(wakeKey{p.e.db, q.Name})
 	}
 	return nil
+}
+
+// reprovision makes every queue of queues again (engine.reprovision) and
+// reports whether it could; never with Tables.ManualSchema.
+func (p *Publisher) reprovision(ctx context.Context, queues []Queue) bool {
+	for _, q := range queues {
+		if !p.e.reprovision(ctx, q) {
+			return false
+		}
+		guard.Do(func() {
+			p.logger.Info("publish found its queue table missing; created it again", watermill.LogFields{"queue": q.Name})
+		})
+	}
+	return true
 }
 
 // inserts returns the statements that insert rows into queues, with the

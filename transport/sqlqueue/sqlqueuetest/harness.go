@@ -164,6 +164,7 @@ var cases = []struct {
 	{"ParkedPrunedPastRetention", testPruneParked},
 	{"AcksRideSubscriber", testAcksRideSubscriber},
 	{"HandlerTxCommitsWithAck", testHandlerTx},
+	{"PublisherRecreatesDroppedQueue", testPublisherRecreatesDroppedQueue},
 }
 
 // Run runs every case as a parallel subtest, each on a database of its own.
