@@ -166,12 +166,14 @@ type Dialect interface {
 	DeadLetterExpired(n Names, q Queue, maxAttempts int, reason string, limit int) []Stmt
 	// DeadLetterStray moves the rows no other statement would ever touch —
 	// a leased state (StateFetched, StateProcessing) with a NULL
-	// lease_until, or a state other than StatePending, StateFetched and
+	// lease_until, a NULL owner, or (SQLite) a lease_until that is not an
+	// integer, or a state other than StatePending, StateFetched and
 	// StateProcessing, as another tool or a bad migration may write them —
 	// to the error table, at most limit rows, atomically (the whole move
-	// or nothing). Each row's reason is computed from its state in SQL:
-	// "stray row: state <s> is not a known state" for an unknown state,
-	// else "stray row: state <s> with no lease". The last statement returns
+	// or nothing). Each row's reason is computed in SQL: "stray row: state
+	// <s> is not a known state" for an unknown state, else "stray row:
+	// state <s> with no lease", "… with a lease that is not a time" or
+	// "… with no owner". The last statement returns
 	// one row per row moved. Its predicate should be one the index over
 	// non-pending rows (see CreateQueue) can serve, so that a sweep does
 	// not read the pending backlog.

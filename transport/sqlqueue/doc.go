@@ -37,8 +37,8 @@
 //
 // Each source runs a sweeper on a jittered interval; a zero-wait cluster
 // lock makes one instance per queue do the work, in one transaction: stray
-// rows (a fetched or processing state without a lease, or an unknown
-// state, as another tool or a bad migration may leave them: no other
+// rows (a fetched or processing state without a lease or an owner, or an
+// unknown state, as another tool or a bad migration may leave them: no other
 // statement would ever deliver, recover or dead-letter them) go to the
 // error table with a reason naming their state (Stats.Stray); rows whose
 // fetch timeout or processing lease expired go back to pending (attempts

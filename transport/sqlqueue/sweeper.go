@@ -23,8 +23,9 @@ type SweepResult struct {
 	DeadLettered int  // processing rows whose last attempt's lease expired
 	Expired      int  // pending rows dropped past their time-to-live
 	// Stray counts rows moved to the error table because no statement
-	// would ever touch them: a fetched or processing row without a lease,
-	// or a state the engine does not know (Dialect.DeadLetterStray).
+	// would ever touch them: a fetched or processing row without a lease
+	// or an owner, or a state the engine does not know
+	// (Dialect.DeadLetterStray).
 	Stray int
 }
 
@@ -100,7 +101,7 @@ func (s *Source) idleClean(interval time.Duration) bool {
 
 // Sweep runs one sweep of the queue now, if no other instance is sweeping
 // it (a zero-wait cluster lock), in one transaction: stray rows (a fetched
-// or processing state without a lease, or an unknown state: written by
+// or processing state without a lease or an owner, or an unknown state: written by
 // another tool or a bad migration, they would never be delivered,
 // recovered or dead-lettered) go to the error table with a reason; rows
 // whose fetch timeout or processing lease expired return to pending

@@ -4,11 +4,12 @@ import "github.com/berth-go/berth/transport/sqlqueue"
 
 // strayVar is deadLetterVar with the state, which the reason is computed
 // from.
-const strayVar = `DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL, state tinyint NOT NULL);
+const strayVar = `DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL, state tinyint NOT NULL, lease_until datetime2(3) NULL);
 `
 
-// strayReason is the error-table reason of a stray row, from its state.
-const strayReason = `CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state, N' is not a known state') ELSE CONCAT(N'stray row: state ', state, N' with no lease') END`
+// strayReason is the error-table reason of a stray row, from its state and
+// lease.
+const strayReason = `CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state, N' is not a known state') WHEN lease_until IS NULL THEN CONCAT(N'stray row: state ', state, N' with no lease') ELSE CONCAT(N'stray row: state ', state, N' with no owner') END`
 
 // DeadLetterStray implements sqlqueue.Dialect: one batch, atomic on its own
 // (XACT_ABORT and an explicit transaction, as DeadLetterExpired), that
@@ -26,16 +27,20 @@ const strayReason = `CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state
 // never the pending backlog. The scan is pinned (INDEX, through a CTE as in
 // Claim, since a DELETE's target takes no INDEX hint): on a plan compiled
 // while the table was empty, the optimizer could otherwise pick the
-// clustered index, that is the whole queue, for every later sweep.
+// clustered index, that is the whole queue, for every later sweep. The
+// "owner IS NULL" arm (a fetched or processing row no claim owns: its
+// lease, however far ahead, is waited out for nobody) costs a key lookup
+// per leased row, since owner is not in the index either: a buffer's worth
+// of rows per queue and sweep.
 func (d Dialect) DeadLetterStray(n sqlqueue.Names, q sqlqueue.Queue, limit int) []sqlqueue.Stmt {
 	return []sqlqueue.Stmt{st(headLocking+`SET XACT_ABORT ON;
 `+strayVar+`BEGIN TRANSACTION;
 WITH s AS (
-	SELECT TOP (@p1) id, uuid, headers, body, attempts, created_at, state
+	SELECT TOP (@p1) id, uuid, headers, body, attempts, created_at, state, lease_until
 	FROM `+q.Table+` WITH (INDEX(`+d.QuoteIdent(q.Name+"_leased")+`), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE state > 0 AND (lease_until IS NULL OR state > 2)
+	WHERE state > 0 AND (lease_until IS NULL OR owner IS NULL OR state > 2)
 )
 DELETE FROM s
-OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state INTO @t;
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state, deleted.lease_until INTO @t;
 `+copyToErrors(n.Errors, "@p2", strayReason), int64(limit), nv(q.Name))}
 }

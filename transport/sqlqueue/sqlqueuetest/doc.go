@@ -65,8 +65,9 @@
 //     or S) would wait for the open transaction and the case's 10-second
 //     deadline fails it.
 //   - SweepDeadLettersStrayRows: rows written by hand that no statement
-//     would touch again (fetched or processing with no lease; state 7 with
-//     no lease, a lease ahead or one passed; Harness.StrayStates) are moved
+//     would touch again (fetched or processing with no lease, or with no
+//     owner and a lease an hour ahead; state 7 with no lease, a lease ahead
+//     or one passed; Harness.StrayStates and Harness.StrayLeases) are moved
 //     to the error table by one sweep, each with its reason ("stray row:
 //     state 1 with no lease", "stray row: state 7 is not a known state");
 //     the pending row, the claimed row and a processing row with its lease

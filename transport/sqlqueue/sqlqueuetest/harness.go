@@ -62,6 +62,10 @@ type Harness struct {
 	// state. PostgreSQL: -1; SQLite: -1 and a text state; SQL Server's
 	// tinyint holds no negative: 255. Nil adds none.
 	StrayStates []any
+
+	// StrayLeases are lease_until values the column holds that are not
+	// times (SQLite: text); a processing row with one is stray.
+	StrayLeases []any
 }
 
 // Env is one fresh, isolated database opened by Harness.Open.

@@ -15,9 +15,11 @@ import (
 // stray is a row that SweepDeadLettersStrayRows writes by hand, and the
 // reason its error row must carry (empty: the row is not stray).
 type stray struct {
-	state  any
-	lease  time.Duration
-	reason string
+	state   any
+	lease   time.Duration
+	noOwner bool
+	raw     any // lease_until written as is (Harness.StrayLeases), when set
+	reason  string
 }
 
 // strayRows are the rows the case writes: the kit's own, two for each of
@@ -40,6 +42,15 @@ func strayRows(h Harness) []stray {
 	}
 	for _, s := range h.StrayStates {
 		rows = append(rows, unknown(s, 0), unknown(s, time.Hour))
+	}
+	// No claim leaves a fetched or processing row without an owner: its
+	// lease, an hour ahead, would be waited out for nobody.
+	for _, state := range []int{sqlqueue.StateFetched, sqlqueue.StateProcessing} {
+		rows = append(rows, stray{state: state, lease: time.Hour, noOwner: true, reason: fmt.Sprintf("stray row: state %d with no owner", state)})
+	}
+	for _, v := range h.StrayLeases {
+		rows = append(rows, stray{state: sqlqueue.StateProcessing, lease: time.Hour, raw: v,
+			reason: fmt.Sprintf("stray row: state %d with a lease that is not a time", sqlqueue.StateProcessing)})
 	}
 	return append(rows, stray{state: sqlqueue.StateProcessing, lease: time.Hour})
 }
@@ -73,9 +84,18 @@ func testSweepStray(t *testing.T, h Harness) {
 	}
 	stay[m.UUID] = fmt.Sprint(sqlqueue.StateFetched)
 	want := map[int64]string{}
-	for _, s := range strayRows(h) {
-		uuid := fmt.Sprintf("raw-%v-%v", s.state, s.lease)
-		id := f.insertStray(t, db, q, uuid, s.state, s.lease)
+	for i, s := range strayRows(h) {
+		uuid := fmt.Sprintf("raw-%d-%v-%v", i, s.state, s.lease)
+		owner := int64(1)
+		if s.noOwner {
+			owner = 0
+		}
+		id := f.insertStray(t, db, q, uuid, s.state, s.lease, owner)
+		if s.raw != nil {
+			if _, err := db.Exec(`UPDATE `+q.Table+` SET lease_until = `+f.ph(1)+` WHERE id = `+f.ph(2), s.raw, id); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if s.reason == "" {
 			stay[uuid] = fmt.Sprint(s.state)
 		} else {
@@ -105,10 +125,10 @@ func testSweepStray(t *testing.T, h Harness) {
 }
 
 // insertStray writes a row as another tool would, with headers {}, body
-// "raw", owner 1 and the given state and lease, and returns its id.
-func (f *fixture) insertStray(t *testing.T, db *sql.DB, q sqlqueue.Queue, uuid string, state any, lease time.Duration) int64 {
+// "raw" and the given state, lease and owner (0: none), and returns its id.
+func (f *fixture) insertStray(t *testing.T, db *sql.DB, q sqlqueue.Queue, uuid string, state any, lease time.Duration, owner int64) int64 {
 	t.Helper()
-	f.insert(t, db, q, RawRow{UUID: uuid, Headers: "{}", Body: []byte("raw"), State: state, Owner: 1, Lease: lease})
+	f.insert(t, db, q, RawRow{UUID: uuid, Headers: "{}", Body: []byte("raw"), State: state, Owner: owner, Lease: lease})
 	var id int64
 	if err := db.QueryRow(`SELECT id FROM `+q.Table+` WHERE uuid = `+f.ph(1), uuid).Scan(&id); err != nil {
 		t.Fatalf("id of %q: %v", uuid, err)
