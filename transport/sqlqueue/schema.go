@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/berth-go/berth/transport"
 )
 
@@ -167,7 +169,13 @@ func (e *engine) run(ctx context.Context, in *sql.Tx, fn func(*sql.Tx) error) er
 	if in != nil {
 		return fn(in)
 	}
-	return inTx(ctx, e.db, &e.ctrs.txs, fn)
+	// Schema work is idempotent (IF NOT EXISTS, upserts, a registration
+	// that copies parked rows only when it inserts the subscription), so a
+	// transient error, a connection cut mid-DDL say, runs it again, as any
+	// statement would, rather than failing the caller's Subscribe.
+	return e.retry(ctx, watermill.NopLogger{}, "schema", idempotent, func() error {
+		return inTx(ctx, e.db, &e.ctrs.txs, fn)
+	})
 }
 
 // ensureQueue creates q's table (unless ManualSchema) and, with subscribe,

@@ -233,7 +233,7 @@ func (d driver) run(ctx context.Context) (int, error) {
 	defer children.Wait() // after cancel, which kills them
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := func(role, berthURL string) *exec.Cmd {
+	launch := func(role, berthURL string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), "EXACTLYONCE_ROLE="+role, "BERTH_URL="+berthURL, "EXACTLYONCE_ADDR="+addr)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -242,8 +242,6 @@ func (d driver) run(ctx context.Context) (int, error) {
 			d.Out("start %s: %v", role, err)
 			return nil
 		}
-		children.Add(1)
-		go func() { defer children.Done(); _ = cmd.Wait() }()
 		return cmd
 	}
 	workerURL := d.URL
@@ -253,10 +251,44 @@ func (d driver) run(ctx context.Context) (int, error) {
 	// A short lease and fetch timeout: a killed worker's messages return
 	// within seconds.
 	workerURL = withParam(withParam(withParam(workerURL, "lease", "2s"), "fetch_timeout", "2s"), "sweep_interval", "500ms")
-	if start("server", d.URL) == nil {
+	server := launch("server", d.URL)
+	if server == nil {
 		return 0, errors.New("exactlyonce: the server did not start")
 	}
-	w := start("worker", workerURL)
+	children.Add(1)
+	go func() { defer children.Done(); _ = server.Wait() }()
+	// The worker restarts whenever it exits, as the original's
+	// docker-compose service does (restart: unless-stopped): killed here,
+	// or ended by an error of its own (its Subscribe's connection cut).
+	var (
+		workerMu sync.Mutex
+		worker   *exec.Cmd
+	)
+	children.Add(1)
+	go func() {
+		defer children.Done()
+		for ctx.Err() == nil {
+			cmd := launch("worker", workerURL)
+			if cmd == nil {
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			workerMu.Lock()
+			worker = cmd
+			workerMu.Unlock()
+			_ = cmd.Wait()
+		}
+	}()
+	killWorker := func() {
+		workerMu.Lock()
+		defer workerMu.Unlock()
+		if worker != nil {
+			_ = worker.Process.Signal(syscall.SIGKILL)
+		}
+	}
 
 	counterUUID := watermill.NewUUID()
 	kills, cuts := set(d.KillWorkerAt), set(d.CutDatabaseAt)
@@ -276,10 +308,9 @@ func (d driver) run(ctx context.Context) (int, error) {
 		case sends <- struct{}{}:
 		case <-ctx.Done():
 		}
-		if kills[i] && w != nil {
+		if kills[i] {
 			d.Out("killing the worker (SIGKILL) at request %d", i)
-			_ = w.Process.Signal(syscall.SIGKILL)
-			w = start("worker", workerURL)
+			killWorker() // and it restarts
 		}
 		if cuts[i] && isPostgres(d.URL) {
 			n := 0
