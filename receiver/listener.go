@@ -326,6 +326,11 @@ func (l *Listener) logError(msg string, err error, fields watermill.LogFields) {
 	guard.Do(func() { l.logger.Error(msg, err, fields) })
 }
 
+// logInfo is logError at info level.
+func (l *Listener) logInfo(msg string, fields watermill.LogFields) {
+	guard.Do(func() { l.logger.Info(msg, fields) })
+}
+
 // Close stops the loop and the watchdog, closes the stage (buffered
 // deliveries released at once, in-flight ones drained until ctx is done)
 // and closes the Messages channel. Like http.Server.Shutdown, it returns

@@ -106,7 +106,7 @@ func (l *Listener) loop() {
 			l.loopState.Store(int32(transport.LoopBackingOff))
 			l.logError("receive failed; backing off", err, watermill.LogFields{"listener": l.cfg.Name, "delay": delay})
 			ctrl.Reset()
-			if !l.wait(delay) {
+			if !l.waitBackoff(ctx, delay) {
 				return
 			}
 			continue
@@ -150,6 +150,48 @@ func (l *Listener) retryDue(at time.Time) {
 		select {
 		case l.dueKick <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// backoffPing is how often a loop backing off after receive errors pings
+// a transport.Pinger source.
+const backoffPing = time.Second
+
+// waitBackoff is wait for a receive error's backoff d. With a Pinger
+// source and d longer than backoffPing, it pings the source every
+// backoffPing and ends as soon as a ping succeeds after one failed: the
+// broker was unreachable and answers again (transport.Pinger). A ping that
+// never failed (the broker answers, but the claims fail) leaves the
+// backoff as it is.
+func (l *Listener) waitBackoff(ctx context.Context, d time.Duration) bool {
+	p, ok := l.cfg.Source.(transport.Pinger)
+	if !ok || d <= backoffPing {
+		return l.wait(d)
+	}
+	clock := l.pcfg.Clock
+	end := clock.Now().Add(d)
+	failed := false
+	for {
+		left := end.Sub(clock.Now())
+		if left <= 0 {
+			return true
+		}
+		if !l.wait(min(backoffPing, left)) {
+			return false
+		}
+		pctx, cancel := context.WithTimeout(ctx, backoffPing)
+		var err error
+		if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
+			err = guard.PanicError(pv)
+		}
+		cancel()
+		switch {
+		case err != nil:
+			failed = true
+		case failed:
+			l.logInfo("the broker answers again; receiving before the backoff ends", watermill.LogFields{"listener": l.cfg.Name})
+			return true
 		}
 	}
 }

@@ -154,6 +154,17 @@ type Sequencer interface {
 	SequenceKey(d *Delivery) string
 }
 
+// A Pinger is a Source that can tell cheaply whether its broker answers
+// (one round trip on a pooled connection). A receive loop backing off
+// after receive errors pings it once a second, and claims again as soon as
+// a ping succeeds after one failed: a broker that was unreachable is read
+// again within about a second of answering, not after the rest of the
+// backoff (up to MaxErrorDelay). Errors the broker itself returns, while
+// pings succeed, keep their backoff.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Waker is implemented by sources that can tell the receive loop that new
 // messages may have arrived (PostgreSQL LISTEN/NOTIFY, an in-process
 // publisher), so an idle loop wakes before its empty delay ends.

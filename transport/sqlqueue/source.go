@@ -81,7 +81,16 @@ var (
 	_ transport.Waker         = (*Source)(nil)
 	_ transport.DirectClaimer = (*Source)(nil)
 	_ transport.TxSettler     = (*Source)(nil)
+	_ transport.Pinger        = (*Source)(nil)
 )
+
+// Ping implements transport.Pinger: a round trip on a pooled connection
+// (database/sql's PingContext, which replaces a broken one).
+func (s *Source) Ping(ctx context.Context) error {
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	return s.e.db.PingContext(sctx)
+}
 
 // handle is a delivery's settlement token. keyed: the row has an ordering
 // key, so settling it may unblock the next row of its key (see

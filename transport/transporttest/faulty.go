@@ -241,6 +241,14 @@ func (s *faultySource) Renew(ctx context.Context, ds []*transport.Delivery) erro
 	return nil
 }
 
+// Ping implements transport.Pinger: the source's own, or nil.
+func (s *faultySource) Ping(ctx context.Context) error {
+	if p, ok := s.Source.(transport.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
 // Wake implements transport.Waker.
 func (s *faultySource) Wake() <-chan struct{} {
 	if w, ok := s.Source.(transport.Waker); ok {
