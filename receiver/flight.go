@@ -1,7 +1,6 @@
 package receiver
 
 import (
-	"database/sql"
 	"errors"
 	"strconv"
 	"sync"
@@ -115,7 +114,7 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		if entered || outcome != transport.OutcomeNacked || wake == nil || !r.retriesInPlace(f.d, f.msg) {
 			break
 		}
-		if committed, _ := f.committedTx(); committed {
+		if f.committedTx() {
 			break // CommitTx settled it: nothing to retry
 		}
 		// Concurrency 1: the process goroutine holds the only permit;
@@ -134,23 +133,15 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		return keptNothing
 	}
 	f.tracker.Cancel()
-	if committed, err := f.committedTx(); committed {
-		return f.endKeep(f.settleCommitted(err), wake != nil)
-	}
-	var tx *sql.Tx
-	if outcome == transport.OutcomeAcked {
-		tx = f.takeTx()
-	} else {
-		f.rollbackTx(false) // before the settlement: on SQLite it holds the connection
+	tx, committed, cerr := f.settleTx(outcome == transport.OutcomeAcked)
+	if committed {
+		return f.endKeep(f.afterTx(cerr), wake != nil)
 	}
 	onSlot := outcome != transport.OutcomeAbandoned && f.toSlot()
 	switch outcome {
 	case transport.OutcomeAcked:
 		if tx != nil {
-			err := r.completeTx(f.d, f.msg, tx)
-			if f.acked = err == nil; err != nil && !errors.Is(err, transport.ErrLeaseLost) {
-				outcome = r.nack(f.d, f.msg, "the handler transaction did not commit: "+err.Error())
-			}
+			outcome = f.afterTx(r.completeTx(f.d, f.msg, tx))
 			break
 		}
 		if r.async != nil && wake != nil && onSlot {
@@ -287,7 +278,6 @@ func (f *flight) ackSettled(err error) {
 func (f *flight) undelivered() {
 	f.take()
 	f.tracker.Cancel()
-	f.rollbackTx(false)
 	if f.d.Started {
 		f.r.release([]*transport.Delivery{f.d})
 	} else {

@@ -89,23 +89,34 @@ func (f *flight) Commit(ctx context.Context) error {
 	return h.err
 }
 
-// takeTx returns the open transaction for the ack to commit, or nil, and
-// shuts the flight's transaction either way.
-func (f *flight) takeTx() *sql.Tx {
+// settleTx shuts the flight's transaction for its settlement, in one
+// lock: committed reports that CommitTx settled the message already (err
+// its outcome); otherwise the open transaction, if any, is returned for
+// an ack to commit, or rolled back before any other settlement (on SQLite
+// it holds the connection that settlement needs).
+func (f *flight) settleTx(ack bool) (tx *sql.Tx, committed bool, err error) {
 	h := &f.htx
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	tx := h.tx
+	if h.committed {
+		h.mu.Unlock()
+		return nil, true, h.err
+	}
+	tx = h.tx
 	h.tx, h.shut = nil, true
-	return tx
+	h.mu.Unlock()
+	if !ack && tx != nil {
+		f.rollback(tx)
+		tx = nil
+	}
+	return tx, false, nil
 }
 
-// committedTx reports whether CommitTx settled the message, and how.
-func (f *flight) committedTx() (bool, error) {
+// committedTx reports whether CommitTx settled the message.
+func (f *flight) committedTx() bool {
 	h := &f.htx
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.committed, h.err
+	return h.committed
 }
 
 // rollbackTx rolls the open transaction back, if any; with reopen, a
@@ -121,18 +132,24 @@ func (f *flight) rollbackTx(reopen bool) {
 	}
 	h.mu.Unlock()
 	if tx != nil {
-		if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			// Its connection is gone (the server rolled it back) or
-			// will be discarded: nothing is left to undo.
-			f.r.logDebug("rolling back a handler transaction failed", watermill.LogFields{"id": f.d.ID, "err": err.Error()})
-		}
+		f.rollback(tx)
 	}
 }
 
-// settleCommitted ends a flight whose message CommitTx settled: an ack or
-// a nack then changes nothing, except that a commit that failed (not for
-// a lost lease) is retried, since nothing is known to have committed.
-func (f *flight) settleCommitted(err error) transport.Outcome {
+// rollback rolls tx back. A failure means its connection is gone (the
+// server rolled it back) or will be discarded: nothing is left to undo.
+func (f *flight) rollback(tx *sql.Tx) {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		f.r.logDebug("rolling back a handler transaction failed", watermill.LogFields{"id": f.d.ID, "err": err.Error()})
+	}
+}
+
+// afterTx is the outcome of a settlement inside the handler's transaction
+// (the ack's, or CommitTx's, whatever the handler returned after it):
+// acked when it committed; nothing more to do when the lease was lost
+// (another consumer owns the message); otherwise retried, since nothing
+// is known to have committed.
+func (f *flight) afterTx(err error) transport.Outcome {
 	switch {
 	case err == nil:
 		f.acked = true
