@@ -167,7 +167,7 @@ func (s *SQL) selectDead(ctx context.Context, f Filter, after, upTo int64, limit
 	}
 	rows, err := s.DB.QueryContext(ctx, query, args...)
 	if err != nil {
-		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
+		if s.tableMissing(ctx, s.Names.ErrorsName) {
 			return nil, 0, nil
 		}
 		return nil, 0, fmt.Errorf("read dead letters: %w", err)
@@ -246,7 +246,7 @@ func (s *SQL) DeadLetterPage(ctx context.Context, f Filter, cursor string, limit
 func (s *SQL) maxDeadID(ctx context.Context) (int64, error) {
 	var n sql.NullInt64
 	if err := s.DB.QueryRowContext(ctx, `SELECT max(id) FROM `+s.Names.Errors).Scan(&n); err != nil {
-		if ok, _ := s.tableExists(ctx, s.Names.ErrorsName); !ok {
+		if s.tableMissing(ctx, s.Names.ErrorsName) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("read dead letters: %w", err)
