@@ -69,7 +69,18 @@
 // 10, 20 and 40 ms (each jittered to between half and all of it, and cut
 // short when the operation's context ends), counts each new run in
 // Stats.StatementRetries and logs the operation once, when it ends, at
-// Info. What runs again, and after which errors:
+// Info. A dialect that also implements OutageClassifier tells outages
+// apart (a database failing over, throttling, short of resources: seconds
+// to a minute): after one, the settlements and publish inserts wait 1 s,
+// then twice as long each time up to 10 s (jittered alike), and run again
+// until their context ends — StatementTimeout (30 s by default) for a
+// settlement — or, for Publish, whose context has no deadline (it drops the
+// message context's), for one minute of waiting; so an ack in flight
+// during a fail-over lands instead of being redelivered at lease expiry,
+// and a Publish returns the error only once the outage outlasts that. Claims,
+// sweeps and schema work give up after three runs as for any error, and
+// come back through their own loops. What runs again, and after which
+// errors:
 //
 //   - The fenced follow-ups (Begin, Complete, Renew, Retry, Release,
 //     DeadLetter), after any transient error. Fenced on owner token and

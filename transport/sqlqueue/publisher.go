@@ -151,7 +151,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	// have committed, and a second run would publish every message twice.
 	// Several inserts run in one transaction, run again whole.
 	insert := func() error {
-		return p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
+		return p.e.retryOutlasting(ctx, p.logger, "publish", notCommitted, func() error {
 			if len(stmts) == 1 {
 				return query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
 			}
@@ -275,7 +275,7 @@ func (p *Publisher) publishParked(ctx context.Context, pd ParkingDialect, topic 
 		quiet  []Queue // queues whose insert left its notification out
 	)
 	gen, at := subscriptionsGen.Load(), time.Now() // before the read, as targets does
-	err := p.e.retry(ctx, p.logger, "publish", notCommitted, func() error {
+	err := p.e.retryOutlasting(ctx, p.logger, "publish", notCommitted, func() error {
 		var tickets []ticket // the notification gate's, one per queue
 		quiet = nil
 		err := inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {

@@ -18,11 +18,19 @@ import (
 // The statement retry policy (see the package documentation, Statement
 // retries): an operation that failed with a transient error runs again up
 // to retryAttempts more times, waiting retryBase, then twice as long each
-// time up to retryMax, each wait jittered to [d/2, d].
+// time up to retryMax, each wait jittered to [d/2, d]. After an outage
+// (OutageClassifier: a fail-over, throttling), an operation that outlasts
+// outages (settlements, publish inserts) waits outageBase, then twice as
+// long each time up to outageMax, jittered alike, and runs again until its
+// context ends — or, when that context has no deadline, until it has
+// waited outageFor in all.
 const (
 	retryAttempts = 3
 	retryBase     = 10 * time.Millisecond
 	retryMax      = 100 * time.Millisecond
+	outageBase    = time.Second
+	outageMax     = 10 * time.Second
+	outageFor     = time.Minute
 )
 
 // retrySafety says after which transient errors an operation may run again.
@@ -44,26 +52,55 @@ const (
 // backoff runs an operation again after retryable errors, its waits drawn
 // from internal/backoff (imported here as ibackoff).
 type backoff struct {
-	attempts  int // further runs after the first
+	attempts  int // further runs after the first, after errors other than outages
 	base, max time.Duration
+	// outageBase and outageMax space the runs after outage errors, which
+	// go on until the context ends, or for outageFor in all when it has no
+	// deadline.
+	outageBase, outageMax, outageFor time.Duration
 	// sleep waits d or until ctx is done (then it returns ctx.Err()).
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
-var defaultBackoff = backoff{attempts: retryAttempts, base: retryBase, max: retryMax, sleep: sleepCtx}
+var defaultBackoff = backoff{attempts: retryAttempts, base: retryBase, max: retryMax,
+	outageBase: outageBase, outageMax: outageMax, outageFor: outageFor, sleep: sleepCtx}
 
-// run calls fn, and again after each error that retryable accepts, at most
-// b.attempts more times, waiting before each run; retried is called before
-// each new run with the error that caused it. It stops at once when ctx is
-// done, and returns fn's last error.
-func (b backoff) run(ctx context.Context, retryable func(error) bool, retried func(error), fn func() error) error {
-	p := ibackoff.Policy{Base: b.base, Max: b.max}
-	for n := 0; ; n++ {
+// run calls fn, and again after each error that retryable accepts, waiting
+// before each run; retried is called before each new run with the error
+// that caused it. An error that outage accepts (outage may be nil) is
+// waited out with the outage policy for as long as ctx lasts (outageFor,
+// when ctx has no deadline); any other is run again at most b.attempts
+// times. It stops at once when ctx is done, and returns fn's last error.
+func (b backoff) run(ctx context.Context, retryable, outage func(error) bool, retried func(error), fn func() error) error {
+	brief := ibackoff.Policy{Base: b.base, Max: b.max}
+	long := ibackoff.Policy{Base: b.outageBase, Max: b.outageMax}
+	_, bounded := ctx.Deadline()
+	var briefN, outageN int
+	var waited time.Duration // outage waits so far, for a ctx with no deadline
+	for {
 		err := fn()
-		if err == nil || n >= b.attempts || ctx.Err() != nil || !retryable(err) {
+		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return err
 		}
-		if b.sleep(ctx, p.Delay(n)) != nil {
+		var d time.Duration
+		if outage != nil && outage(err) {
+			d = long.Delay(outageN)
+			outageN++
+			if !bounded {
+				if waited >= b.outageFor {
+					return err
+				}
+				d = min(d, b.outageFor-waited)
+				waited += d
+			}
+		} else {
+			if briefN >= b.attempts {
+				return err
+			}
+			d = brief.Delay(briefN)
+			briefN++
+		}
+		if b.sleep(ctx, d) != nil {
 			return err
 		}
 		retried(err)
@@ -88,7 +125,23 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // fn must start afresh on every call (reset what it collects) and, when it
 // runs several statements, run them in one transaction: a failed
 // transaction is run again whole, never from the statement that failed.
+// An outage error (OutageClassifier) is run again like any other, at most
+// retryAttempts times: claims, sweeps and schema work have loops of their
+// own to come back after an outage (see retryOutlasting).
 func (e *engine) retry(ctx context.Context, logger watermill.LoggerAdapter, op string, safety retrySafety, fn func() error) error {
+	return e.retryWith(ctx, logger, op, safety, false, fn)
+}
+
+// retryOutlasting is retry for the operations that must outlast an outage
+// (settlements, publish inserts): after an error the dialect's
+// OutageClassifier reports, fn runs again with the outage backoff until ctx
+// ends (see backoff.run), so a fail-over of seconds does not fail every ack
+// in flight.
+func (e *engine) retryOutlasting(ctx context.Context, logger watermill.LoggerAdapter, op string, safety retrySafety, fn func() error) error {
+	return e.retryWith(ctx, logger, op, safety, true, fn)
+}
+
+func (e *engine) retryWith(ctx context.Context, logger watermill.LoggerAdapter, op string, safety retrySafety, outlast bool, fn func() error) error {
 	c, ok := e.d.(TransientClassifier)
 	if !ok {
 		return fn()
@@ -97,9 +150,13 @@ func (e *engine) retry(ctx context.Context, logger watermill.LoggerAdapter, op s
 	if safety == notCommitted {
 		retryable = c.NotCommitted
 	}
+	var outage func(error) bool
+	if oc, ok := e.d.(OutageClassifier); ok && outlast {
+		outage = oc.IsOutage
+	}
 	retries := 0
 	var first error
-	err := e.backoff.run(ctx, retryable, func(err error) {
+	err := e.backoff.run(ctx, retryable, outage, func(err error) {
 		if retries == 0 {
 			first = err
 		}

@@ -56,7 +56,7 @@ func TestBackoffRunsAgainUpToAttemptsWithGrowingWaits(t *testing.T) {
 	s := &sleeps{}
 	b := backoff{attempts: 5, base: 10 * time.Millisecond, max: 25 * time.Millisecond, sleep: s.sleep}
 	runs, retried := 0, 0
-	err := b.run(context.Background(), isTransient, func(error) { retried++ },
+	err := b.run(context.Background(), isTransient, nil, func(error) { retried++ },
 		calls(&runs, errTransient, errTransient, errTransient, errTransient, errTransient, errTransient, errTransient))
 	if !errors.Is(err, errTransient) || runs != 6 || retried != 5 {
 		t.Fatalf("err %v after %d runs, %d retried; want the transient error after 6 runs, 5 retried", err, runs, retried)
@@ -78,7 +78,7 @@ func TestBackoffStopsAtFirstSuccess(t *testing.T) {
 	b := backoff{attempts: 3, base: time.Millisecond, max: time.Second, sleep: s.sleep}
 	runs, retried := 0, 0
 	var cause error
-	err := b.run(context.Background(), isTransient, func(err error) { retried++; cause = err }, calls(&runs, errTransient))
+	err := b.run(context.Background(), isTransient, nil, func(err error) { retried++; cause = err }, calls(&runs, errTransient))
 	if err != nil || runs != 2 || retried != 1 || len(s.waits) != 1 || !errors.Is(cause, errTransient) {
 		t.Fatalf("err %v, %d runs, %d retried (cause %v), %d waits; want nil, 2, 1 (transient), 1", err, runs, retried, cause, len(s.waits))
 	}
@@ -88,7 +88,7 @@ func TestBackoffDoesNotRunAgainAfterLastingError(t *testing.T) {
 	s := &sleeps{}
 	b := backoff{attempts: 3, base: time.Millisecond, max: time.Second, sleep: s.sleep}
 	runs := 0
-	err := b.run(context.Background(), isTransient, func(error) { t.Error("retried a lasting error") }, calls(&runs, errLasting))
+	err := b.run(context.Background(), isTransient, nil, func(error) { t.Error("retried a lasting error") }, calls(&runs, errLasting))
 	if !errors.Is(err, errLasting) || runs != 1 || len(s.waits) != 0 {
 		t.Fatalf("err %v after %d runs, %d waits; want the lasting error after 1 run, no wait", err, runs, len(s.waits))
 	}
@@ -101,7 +101,7 @@ func TestBackoffStopsWhenContextEnds(t *testing.T) {
 	s := &sleeps{hook: cancel}
 	b := backoff{attempts: 3, base: time.Millisecond, max: time.Second, sleep: s.sleep}
 	runs := 0
-	err := b.run(ctx, isTransient, func(error) { t.Error("ran again after the context ended") }, calls(&runs, errTransient, errTransient))
+	err := b.run(ctx, isTransient, nil, func(error) { t.Error("ran again after the context ended") }, calls(&runs, errTransient, errTransient))
 	if !errors.Is(err, errTransient) || runs != 1 || len(s.waits) != 1 {
 		t.Fatalf("err %v after %d runs, %d waits; want the transient error after 1 run, 1 wait", err, runs, len(s.waits))
 	}
@@ -110,7 +110,7 @@ func TestBackoffStopsWhenContextEnds(t *testing.T) {
 	s = &sleeps{}
 	b.sleep = s.sleep
 	runs = 0
-	err = b.run(ctx, isTransient, func(error) { t.Error("ran again after the context ended") }, calls(&runs, errTransient))
+	err = b.run(ctx, isTransient, nil, func(error) { t.Error("ran again after the context ended") }, calls(&runs, errTransient))
 	if !errors.Is(err, errTransient) || runs != 1 || len(s.waits) != 0 {
 		t.Fatalf("err %v after %d runs, %d waits; want the transient error after 1 run, no wait", err, runs, len(s.waits))
 	}
@@ -163,7 +163,9 @@ func (l *logs) With(watermill.LogFields) watermill.LoggerAdapter   { return l }
 
 func testEngine(d Dialect) (*engine, *sleeps) {
 	s := &sleeps{}
-	return &engine{d: d, ctrs: &Counters{}, backoff: backoff{attempts: retryAttempts, base: retryBase, max: retryMax, sleep: s.sleep}}, s
+	b := defaultBackoff
+	b.sleep = s.sleep
+	return &engine{d: d, ctrs: &Counters{}, backoff: b}, s
 }
 
 func TestEngineRetryCountsAndLogsOnce(t *testing.T) {
@@ -263,6 +265,115 @@ func TestConnectionLostAndNotSent(t *testing.T) {
 				t.Errorf("NotSent = %v, want %v", got, c.notSent)
 			}
 		})
+	}
+}
+
+var errOutage = errors.New("outage: the database is failing over")
+
+func isOutage(err error) bool { return errors.Is(err, errOutage) }
+
+// An outage is waited out with the outage policy (seconds, doubling to
+// the cap, jittered) for as long as the context lasts, however many runs
+// that takes; a brief error after it still has its three runs.
+func TestBackoffWaitsOutAnOutageUntilTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	s := &sleeps{}
+	b := defaultBackoff
+	b.sleep = s.sleep
+	retryable := func(err error) bool { return isTransient(err) || isOutage(err) }
+	errs := make([]error, 8)
+	for i := range errs {
+		errs[i] = errOutage
+	}
+	errs = append(errs, errTransient, errTransient) // two brief ones after it
+	runs := 0
+	err := b.run(ctx, retryable, isOutage, func(error) {}, calls(&runs, errs...))
+	if err != nil || runs != len(errs)+1 {
+		t.Fatalf("err %v after %d runs; want success after %d runs", err, runs, len(errs)+1)
+	}
+	caps := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second, 10 * time.Second, 10 * time.Second,
+		retryBase, 2 * retryBase}
+	if len(s.waits) != len(caps) {
+		t.Fatalf("waited %v, want %d waits", s.waits, len(caps))
+	}
+	for i, w := range s.waits {
+		if d := caps[i]; w < d/2 || w > d {
+			t.Errorf("wait %d = %v, want within [%v, %v]", i, w, d/2, d)
+		}
+	}
+
+	// Without an outage classifier the same errors get three runs more.
+	s.waits, runs = nil, 0
+	err = b.run(ctx, retryable, nil, func(error) {}, calls(&runs, errs...))
+	if !errors.Is(err, errOutage) || runs != 1+retryAttempts {
+		t.Fatalf("without outage classes: err %v after %d runs; want the outage after %d runs", err, runs, 1+retryAttempts)
+	}
+}
+
+// An outage that lasts past the context's deadline ends the operation with
+// the last error when the wait is cut short; with no deadline at all, the
+// waits add up to outageFor.
+func TestBackoffOutageEndsWithTheContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	s := &sleeps{}
+	s.hook = func() {
+		if len(s.waits) == 3 {
+			cancel() // the deadline passes during the third wait
+		}
+	}
+	b := defaultBackoff
+	b.sleep = s.sleep
+	runs := 0
+	always := func() error { runs++; return errOutage }
+	err := b.run(ctx, isOutage, isOutage, func(error) {}, always)
+	if !errors.Is(err, errOutage) || runs != 3 || len(s.waits) != 3 {
+		t.Fatalf("err %v after %d runs, %d waits; want the outage after 3 runs, 3 waits", err, runs, len(s.waits))
+	}
+
+	s = &sleeps{}
+	b.sleep = s.sleep
+	runs = 0
+	err = b.run(context.Background(), isOutage, isOutage, func(error) {}, always)
+	var total time.Duration
+	for _, w := range s.waits {
+		total += w
+	}
+	if !errors.Is(err, errOutage) || total != outageFor || runs != len(s.waits)+1 {
+		t.Fatalf("no deadline: err %v after %d runs, waited %v in %d waits; want the outage after %v of waits", err, runs, total, len(s.waits), outageFor)
+	}
+}
+
+// outageDialect classifies errOutage as a transient outage that did not
+// commit.
+type outageDialect struct{ classifying }
+
+func (outageDialect) IsTransient(err error) bool  { return isTransient(err) || isOutage(err) }
+func (outageDialect) NotCommitted(err error) bool { return errors.Is(err, errTransient) || isOutage(err) }
+func (outageDialect) IsOutage(err error) bool     { return isOutage(err) }
+
+// Settlements and inserts outlast an outage; claims, sweeps and schema
+// work (retry) get their three runs.
+func TestEngineRetryOutlastingOnlyWhereAsked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	e, s := testEngine(outageDialect{})
+	errs := []error{errOutage, errOutage, errOutage, errOutage, errOutage}
+	runs := 0
+	if err := e.retryOutlasting(ctx, &logs{}, "complete", idempotent, calls(&runs, errs...)); err != nil || runs != 6 {
+		t.Fatalf("outlasting: err %v after %d runs; want success after 6", err, runs)
+	}
+	if s.waits[0] < outageBase/2 {
+		t.Fatalf("first wait %v, want the outage policy's (at least %v)", s.waits[0], outageBase/2)
+	}
+	runs = 0
+	if err := e.retryOutlasting(ctx, &logs{}, "publish", notCommitted, calls(&runs, errs...)); err != nil || runs != 6 {
+		t.Fatalf("outlasting insert: err %v after %d runs; want success after 6", err, runs)
+	}
+	runs = 0
+	if err := e.retry(ctx, &logs{}, "claim", idempotent, calls(&runs, errs...)); !errors.Is(err, errOutage) || runs != 1+retryAttempts {
+		t.Fatalf("claim: err %v after %d runs; want the outage after %d", err, runs, 1+retryAttempts)
 	}
 }
 

@@ -28,7 +28,8 @@ type MissingTableClassifier interface {
 // TransientClassifier is implemented by dialects that can tell a transient
 // error (the same statement run again may succeed) from a lasting one. The
 // engine then runs an operation again, up to three more times with a short
-// jittered backoff (see the package documentation, Statement retries):
+// jittered backoff, longer after an outage (OutageClassifier; see the
+// package documentation, Statement retries):
 // the fenced follow-ups, claims, dead-letters and sweeps after any error
 // IsTransient reports, and publish inserts only after those NotCommitted
 // reports. Neither method may report a context's cancellation or deadline:
@@ -45,6 +46,20 @@ type TransientClassifier interface {
 	// errors after which it may have committed (a connection lost
 	// mid-statement).
 	NotCommitted(err error) bool
+}
+
+// OutageClassifier is implemented by TransientClassifier dialects that can
+// tell an outage — the database failing over, throttling, or short of
+// resources: errors that last seconds to a minute — from a brief conflict
+// (a deadlock victim, a lock timeout) or a lost connection. After an
+// outage, the settlements (Begin, Complete, Renew, Retry, Release,
+// DeadLetter) and publish inserts wait seconds between runs and run again
+// until their context ends (see the package documentation, Statement
+// retries), rather than giving up within a hundred milliseconds.
+type OutageClassifier interface {
+	// IsOutage reports whether err, one that IsTransient reports, says the
+	// database is unavailable or throttling.
+	IsOutage(err error) bool
 }
 
 // engine is the state shared by one Publisher's or Subscriber's work: the

@@ -414,7 +414,7 @@ func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []err
 	refs := refsOf(ds)
 	got := map[int64]int{}
 	st := s.e.d.Begin(s.q, refs, s.cfg.Lease)
-	err := s.e.retry(sctx, s.logger, "begin", idempotent, func() error {
+	err := s.e.retryOutlasting(sctx, s.logger, "begin", idempotent, func() error {
 		clear(got)
 		return query(sctx, s.e.db, &s.e.ctrs.begins, st, func(r *sql.Rows) error {
 			var id int64
@@ -461,7 +461,7 @@ func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, 
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
 	var ids []int64
-	err := s.e.retry(sctx, s.logger, rt.kind, idempotent, func() error {
+	err := s.e.retryOutlasting(sctx, s.logger, rt.kind, idempotent, func() error {
 		var err error
 		ids, err = queryIDs(sctx, s.e.db, rt.n, st)
 		return err
@@ -671,7 +671,7 @@ func (s *Source) DeadLetter(ctx context.Context, d *transport.Delivery, _ *messa
 	defer cancel()
 	stmts := s.e.d.DeadLetter(s.e.names, s.q, refOf(d), reason)
 	var ids []int64
-	err := s.e.retry(sctx, s.logger, "dead-letter", idempotent, func() error {
+	err := s.e.retryOutlasting(sctx, s.logger, "dead-letter", idempotent, func() error {
 		var err error
 		if len(stmts) == 1 {
 			ids, err = runAll(sctx, s.e.db, &s.e.ctrs.deadLetters, stmts)

@@ -5,7 +5,8 @@ package sqlserver
 // (above all the @params declaration list of sp_executesql, part of SQL
 // Server's plan-cache key) without a server. It runs no SQL: every batch and
 // every sp_executesql call succeeds with no result set and no row count,
-// unless FailNext or StallNext says otherwise.
+// unless FailNext, FailMatching or StallNext says otherwise, or Answer
+// gives it rows to return.
 
 import (
 	"encoding/binary"
@@ -16,6 +17,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"unicode/utf16"
@@ -61,9 +63,10 @@ type fakeTDS struct {
 	conns   map[net.Conn]struct{}
 	calls   []rpcCall
 	batches []string
-	fail    *mssql.Error // the answer to the next RPC or batch, if set
-	stall   bool         // the next RPC or batch waits for an ATTENTION
-	tranID  uint64       // the last transaction descriptor handed out
+	fails   []failRule                // errors for the next matching requests, first rule first
+	answer  func(text string) [][]any // rows for a request's text (see Answer)
+	stall   bool                      // the next RPC or batch waits for an ATTENTION
+	tranID  uint64                    // the last transaction descriptor handed out
 }
 
 // startFakeTDS listens on 127.0.0.1:0; t.Cleanup closes the listener and
@@ -102,14 +105,35 @@ func (f *fakeTDS) Batches() []string {
 	return slices.Clone(f.batches)
 }
 
+// failRule fails the next n requests whose text contains match.
+type failRule struct {
+	match string
+	n     int
+	err   mssql.Error
+}
+
 // FailNext makes the next RPC or SQL batch (recorded as usual) answer with
 // an ERROR token of this number and message followed by a DONE with the
 // error bit, as SQL Server does for e.g. 1205 (deadlock victim); go-mssqldb
 // returns it as an mssql.Error.
-func (f *fakeTDS) FailNext(number int32, msg string) {
+func (f *fakeTDS) FailNext(number int32, msg string) { f.FailMatching("", 1, number, msg) }
+
+// FailMatching is FailNext for the next n requests whose text (the batch,
+// or sp_executesql's @stmt) contains match; others pass.
+func (f *fakeTDS) FailMatching(match string, n int, number int32, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.fail = &mssql.Error{Number: number, Message: msg}
+	f.fails = append(f.fails, failRule{match: match, n: n, err: mssql.Error{Number: number, Message: msg}})
+}
+
+// Answer makes every request that neither fails nor stalls return the rows
+// fn gives for its text, as one result set (none when fn returns none).
+// Columns take their type from the first row: int64 bigint, int32 int,
+// bool bit, string nvarchar(4000), []byte varbinary(8000); no NULLs.
+func (f *fakeTDS) Answer(fn func(text string) [][]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = fn
 }
 
 // StallNext makes the next RPC or SQL batch (recorded as usual) go
@@ -197,10 +221,11 @@ func (f *fakeTDS) handle(typ byte, msg []byte, pktSize *int) (reply []byte) {
 	case pktSQLBatch:
 		r := reader{msg}
 		r.skipAllHeaders()
-		return f.record(tokDone, func() { f.batches = append(f.batches, ucs2(r.b)) })
+		text := ucs2(r.b)
+		return f.record(tokDone, text, func() { f.batches = append(f.batches, text) })
 	case pktRPC:
 		call := readRPC(msg)
-		return f.record(tokDoneProc, func() { f.calls = append(f.calls, call) })
+		return f.record(tokDoneProc, call.Stmt, func() { f.calls = append(f.calls, call) })
 	case pktTransMgr:
 		return f.transMgrReply(msg)
 	case pktAttention:
@@ -211,21 +236,92 @@ func (f *fakeTDS) handle(typ byte, msg []byte, pktSize *int) (reply []byte) {
 	panic(fmt.Errorf("unsupported packet type %d", typ))
 }
 
-// record stores a request and answers it: DONE (final, no count); after
-// FailNext, ERROR + DONE with the error bit; after StallNext, nothing.
-func (f *fakeTDS) record(done byte, add func()) []byte {
+// record stores a request and answers it: DONE (final, no count), after
+// the rows Answer gives; after FailNext or FailMatching, ERROR + DONE with
+// the error bit; after StallNext, nothing.
+func (f *fakeTDS) record(done byte, text string, add func()) []byte {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	add()
-	fail, stall := f.fail, f.stall
-	f.fail, f.stall = nil, false
+	stall := f.stall
+	f.stall = false
+	var fail *mssql.Error
+	for i := range f.fails {
+		if r := &f.fails[i]; r.n > 0 && strings.Contains(text, r.match) {
+			r.n--
+			fail = &r.err
+			break
+		}
+	}
+	answer := f.answer
+	f.mu.Unlock()
 	switch {
 	case stall:
 		return nil
 	case fail != nil:
 		return appendDone(appendError(nil, fail.Number, fail.Message), done, doneError)
 	}
-	return appendDone(nil, done, 0)
+	var b []byte
+	if answer != nil {
+		b = appendRows(b, answer(text))
+	}
+	return appendDone(b, done, 0)
+}
+
+// appendRows appends COLMETADATA (2.2.7.4) and one ROW (2.2.7.19) per row,
+// the columns typed after the first row's values (see Answer).
+func appendRows(b []byte, rows [][]any) []byte {
+	if len(rows) == 0 {
+		return b
+	}
+	b = append(b, 0x81)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(rows[0])))
+	for i, v := range rows[0] {
+		b = binary.LittleEndian.AppendUint32(b, 0)    // UserType
+		b = binary.LittleEndian.AppendUint16(b, 0x01) // Flags: nullable
+		switch v.(type) {
+		case int64:
+			b = append(b, 0x7F) // INT8TYPE
+		case int32:
+			b = append(b, 0x38) // INT4TYPE
+		case bool:
+			b = append(b, 0x32) // BITTYPE
+		case string:
+			b = append(b, 0xE7, 0x40, 0x1F)             // NVARCHARTYPE, 8,000 bytes
+			b = append(b, 0x09, 0x04, 0xD0, 0x00, 0x34) // collation
+		case []byte:
+			b = append(b, 0xA5, 0x40, 0x1F) // BIGVARBINARYTYPE, 8,000 bytes
+		default:
+			panic(fmt.Errorf("faketds: cannot answer a %T", v))
+		}
+		b = appendBVarChar(b, "c"+strconv.Itoa(i))
+	}
+	for _, row := range rows {
+		b = append(b, 0xD1)
+		for _, v := range row {
+			switch v := v.(type) {
+			case int64:
+				b = binary.LittleEndian.AppendUint64(b, uint64(v))
+			case int32:
+				b = binary.LittleEndian.AppendUint32(b, uint32(v))
+			case bool:
+				if v {
+					b = append(b, 1)
+				} else {
+					b = append(b, 0)
+				}
+			case string:
+				u := utf16.Encode([]rune(v))
+				b = binary.LittleEndian.AppendUint16(b, uint16(2*len(u)))
+				for _, c := range u {
+					b = binary.LittleEndian.AppendUint16(b, c)
+				}
+			case []byte:
+				b = binary.LittleEndian.AppendUint16(b, uint16(len(v)))
+				b = append(b, v...)
+			}
+		}
+	}
+	return b
 }
 
 // readMessage reads packets (8-byte header: type, status, big-endian length
