@@ -349,9 +349,11 @@ func TestBackoffOutageEndsWithTheContext(t *testing.T) {
 // commit.
 type outageDialect struct{ classifying }
 
-func (outageDialect) IsTransient(err error) bool  { return isTransient(err) || isOutage(err) }
-func (outageDialect) NotCommitted(err error) bool { return errors.Is(err, errTransient) || isOutage(err) }
-func (outageDialect) IsOutage(err error) bool     { return isOutage(err) }
+func (outageDialect) IsTransient(err error) bool { return isTransient(err) || isOutage(err) }
+func (outageDialect) NotCommitted(err error) bool {
+	return errors.Is(err, errTransient) || isOutage(err)
+}
+func (outageDialect) IsOutage(err error) bool { return isOutage(err) }
 
 // Settlements and inserts outlast an outage; claims, sweeps and schema
 // work (retry) get their three runs.
