@@ -149,6 +149,49 @@ func utf16Len(s string) int {
 	return n
 }
 
+// LockTimeout is the longest Lock (with wait) and SharedLock wait for
+// their application lock — the schema lock, held while a queue table is
+// created or upgraded, and a topic's lock, held while a consumer group
+// registers — before they fail with error LockTimeoutError. Without a
+// bound, a Publish or Subscribe that needs the lock while an upgrade runs
+// elsewhere would wait for as long as the upgrade, with no deadline of its
+// own.
+const LockTimeout = time.Minute
+
+// LockTimeoutError is the number of the error (an mssql.Error) that Lock
+// and SharedLock raise when their application lock is not granted within
+// LockTimeout (sp_getapplock timed out, was chosen as a deadlock victim, or
+// failed). See IsLockTimeout.
+const LockTimeoutError = 51222
+
+// IsLockTimeout reports whether err is (or wraps) LockTimeoutError: an
+// application lock (the schema lock, a topic lock) that another session
+// held for longer than LockTimeout. It is not transient: the statement's
+// caller (Subscribe, Publish) returns it.
+func IsLockTimeout(err error) bool {
+	var e mssql.Error
+	return errors.As(err, &e) && e.Number == LockTimeoutError
+}
+
+// lockHead computes the application lock's resource from @p1; lockWait
+// takes it in mode, waiting at most LockTimeout, and raises
+// LockTimeoutError when it is not granted.
+const lockHead = head + `DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+`
+
+func lockWait(mode string) string {
+	timeout := strconv.FormatInt(LockTimeout.Milliseconds(), 10)
+	return lockHead + `EXEC @r = sp_getapplock @Resource = @res, @LockMode = '` + mode + `', @LockOwner = 'Transaction', @LockTimeout = ` + timeout + `;
+IF @r < 0
+BEGIN
+	DECLARE @m nvarchar(2048) = N'berth: application lock ' + @res + N' not granted within ` + timeout + ` ms (sp_getapplock returned ' + CAST(@r AS nvarchar(11)) + N'; -1 is a timeout): another session holds it, a schema upgrade or a consumer group registering';
+	THROW ` + strconv.Itoa(LockTimeoutError) + `, @m, 1;
+END;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
+}
+
 // Lock implements sqlqueue.Dialect with sp_getapplock owned by the
 // transaction: released at commit or rollback. App locks are per
 // database, so the resource names the effective schema (SCHEMA_NAME(), the
@@ -156,16 +199,14 @@ func utf16Len(s string) int {
 // names current_schema(): two deployments in different default schemas do
 // not share locks. Resources longer than sp_getapplock's 255 characters
 // keep their first 222 and end with ":" and 32 hex digits of their
-// SHA-256.
+// SHA-256. With wait, the wait is bounded by LockTimeout, after which the
+// statement raises LockTimeoutError (IsLockTimeout); without, it answers 0
+// at once when the lock is held.
 func (Dialect) Lock(key string, wait bool) sqlqueue.Stmt {
-	timeout := "0"
 	if wait {
-		timeout = "-1"
+		return st(lockWait("Exclusive"), nv(key))
 	}
-	return st(head+`DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
-DECLARE @res nvarchar(255) = @k;
-EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = `+timeout+`;
+	return st(lockHead+`EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
 SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`, nv(key))
 }
 
@@ -815,13 +856,10 @@ func (Dialect) IsMissingTable(err error) bool {
 }
 
 // SharedLock implements sqlqueue.ParkingDialect: Lock's application lock
-// (the same resource) in shared mode.
+// (the same resource) in shared mode, its wait bounded by LockTimeout as
+// Lock's.
 func (Dialect) SharedLock(key string) sqlqueue.Stmt {
-	return st(head+`DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
-DECLARE @res nvarchar(255) = @k;
-EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Shared', @LockOwner = 'Transaction', @LockTimeout = -1;
-SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`, nv(key))
+	return st(lockWait("Shared"), nv(key))
 }
 
 // Register implements sqlqueue.ParkingDialect.

@@ -44,6 +44,7 @@ func TestStatementsGolden(t *testing.T) {
 	}{
 		{"Lock wait", one(d.Lock("app.berth_schema", true)), []string{goldenLock}, [][]any{{nv("app.berth_schema")}}},
 		{"Lock try", one(d.Lock("app.berth_sweep:x", false)), []string{goldenTryLock}, [][]any{{nv("app.berth_sweep:x")}}},
+		{"SharedLock", one(d.SharedLock("app.berth_topic:orders")), []string{goldenSharedLock}, [][]any{{nv("app.berth_topic:orders")}}},
 		{"VersionTable", d.VersionTable(n), []string{goldenCreateSchema, goldenVersionTable}, [][]any{nil, nil}},
 		{"SchemaVersion", one(d.SchemaVersion(n)), []string{goldenSchemaVersion}, [][]any{nil}},
 		{"SetSchemaVersion", one(d.SetSchemaVersion(n, 1)), []string{goldenSetSchemaVersion}, [][]any{nil}},

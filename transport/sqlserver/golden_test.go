@@ -6,11 +6,31 @@ package sqlserver
 // golden here, deliberately, and be reviewed against the notes in
 // docs/transports/sqlserver.md.
 
+// goldenLock waits at most a minute (LockTimeout) and raises 51222
+// (LockTimeoutError) when the lock is not granted: a schema upgrade
+// elsewhere must not hold a Publish or Subscribe with no deadline.
 const goldenLock = `SET NOCOUNT ON;
 DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
 IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
 DECLARE @res nvarchar(255) = @k;
-EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = -1;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000;
+IF @r < 0
+BEGIN
+	DECLARE @m nvarchar(2048) = N'berth: application lock ' + @res + N' not granted within 60000 ms (sp_getapplock returned ' + CAST(@r AS nvarchar(11)) + N'; -1 is a timeout): another session holds it, a schema upgrade or a consumer group registering';
+	THROW 51222, @m, 1;
+END;
+SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
+
+const goldenSharedLock = `SET NOCOUNT ON;
+DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
+IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+DECLARE @res nvarchar(255) = @k;
+EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Shared', @LockOwner = 'Transaction', @LockTimeout = 60000;
+IF @r < 0
+BEGIN
+	DECLARE @m nvarchar(2048) = N'berth: application lock ' + @res + N' not granted within 60000 ms (sp_getapplock returned ' + CAST(@r AS nvarchar(11)) + N'; -1 is a timeout): another session holds it, a schema upgrade or a consumer group registering';
+	THROW 51222, @m, 1;
+END;
 SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
 
 const goldenTryLock = `SET NOCOUNT ON;
