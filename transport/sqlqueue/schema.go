@@ -140,6 +140,11 @@ func (e *engine) ensureSharedIn(ctx context.Context, in *sql.Tx) error {
 		}
 		return fmt.Errorf("%w: the database has version %d, want %d; apply the DDL (sqlqueue.DDL) first", ErrSchemaVersion, have, want)
 	}
+	if m, ok := e.d.(QueueMigrator); ok && err == nil && have > 0 && in == nil {
+		if err := e.migrateQueues(ctx, m); err != nil {
+			return fmt.Errorf("sqlqueue: upgrade queue tables: %w", err)
+		}
+	}
 	err = e.run(ctx, in, func(tx *sql.Tx) error {
 		if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
 			return fmt.Errorf("schema lock: %w", err)
@@ -175,6 +180,53 @@ func (e *engine) ensureSharedIn(ctx context.Context, in *sql.Tx) error {
 		return fmt.Errorf("sqlqueue: create schema: %w", err)
 	}
 	e.sharedOK = in == nil
+	return nil
+}
+
+// QueueMigrator is implemented by dialects whose migrations alter every
+// subscribed queue table (SQL Server's index upgrades). Before it applies
+// the migrations to a database that has some (version 1 or later), the
+// engine brings each subscribed queue table up to date in a transaction of
+// its own, under the schema lock, so that a table is locked only while it
+// upgrades, not until every other table has; the migrations' own
+// transaction then finds little left to do.
+type QueueMigrator interface {
+	// QueueTables returns a statement selecting the unquoted names of the
+	// subscribed queue tables (one column).
+	QueueTables(n Names) Stmt
+	// MigrateQueue returns idempotent statements bringing q's table to
+	// the latest version.
+	MigrateQueue(q Queue) []Stmt
+}
+
+// migrateQueues runs m.MigrateQueue for every subscribed queue table, one
+// transaction (run again after a transient error) per table.
+func (e *engine) migrateQueues(ctx context.Context, m QueueMigrator) error {
+	var names []string
+	err := query(ctx, e.db, &e.ctrs.other, m.QueueTables(e.names), func(r *sql.Rows) error {
+		var n string
+		if err := r.Scan(&n); err != nil {
+			return err
+		}
+		names = append(names, n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		q := Queue{Name: n, Table: qualify(e.d, e.tables.Schema, n), Errors: e.names.Errors}
+		err := e.run(ctx, nil, func(tx *sql.Tx) error {
+			if _, err := lockAcquired(ctx, tx, &e.ctrs.other, e.d.Lock(e.lockKey("schema"), true)); err != nil {
+				return fmt.Errorf("schema lock: %w", err)
+			}
+			_, err := runAll(ctx, tx, &e.ctrs.other, m.MigrateQueue(q))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+	}
 	return nil
 }
 

@@ -85,6 +85,7 @@ var (
 	_ sqlqueue.MissingTableClassifier = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
+	_ sqlqueue.QueueMigrator          = Dialect{}
 )
 
 // nv declares s as nvarchar(max), whatever its length (see Plan reuse).
@@ -284,7 +285,7 @@ CREATE INDEX ` + d.QuoteIdent(errIdx) + ` ON ` + n.Errors + ` (queue_table, fail
 
 // upgradeQueues runs upgradeQueue on every subscribed queue table.
 func (d Dialect) upgradeQueues(n sqlqueue.Names) sqlqueue.Stmt {
-	return st(head + `DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+	return st(upgradeHead + `DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max), @online nvarchar(200);
 DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
 WHILE 1 = 1
 BEGIN
@@ -296,6 +297,28 @@ BEGIN
 	INSERT INTO @done (name) VALUES (@name);
 	SET @t = ` + schemaPrefix(d, n.Schema) + `QUOTENAME(@name);
 ` + upgradeQueue + `END;`)
+}
+
+// upgradeOne is upgradeQueue for one queue table, name unquoted and table
+// quoted and qualified.
+func upgradeOne(name, table string) sqlqueue.Stmt {
+	return st(upgradeHead + `DECLARE @name nvarchar(128) = ` + literal(name) + `, @t nvarchar(300) = ` + literal(table) + `, @sql nvarchar(max), @online nvarchar(200);
+` + upgradeQueue)
+}
+
+// QueueTables implements sqlqueue.QueueMigrator: the subscribed queue
+// tables, each once, in name order.
+func (Dialect) QueueTables(n sqlqueue.Names) sqlqueue.Stmt {
+	return st(head + `SELECT DISTINCT queue_table FROM ` + n.Subscriptions + ` ORDER BY queue_table;`)
+}
+
+// MigrateQueue implements sqlqueue.QueueMigrator: upgradeQueue on q's
+// table, which the engine runs in a transaction of its own before
+// migrations 2 and 3, so that each table is schema-locked only while it
+// upgrades, not until every other table has (the migrations then find
+// nothing left to do, bar a table subscribed meanwhile).
+func (Dialect) MigrateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
+	return []sqlqueue.Stmt{upgradeOne(q.Name, q.Table)}
 }
 
 // schemaPrefix is the T-SQL expression that qualifies a table name in
@@ -343,9 +366,20 @@ const (
 // the server has it (SQL Server 2019+, Azure SQL Database and Managed
 // Instance; 2016 and 2017 refuse the option, hence dynamic SQL). Index
 // builds are ONLINE on the editions that allow it (Enterprise and
-// Developer, Azure).
+// Developer, Azure), and where the server has it (SQL Server 2022, Azure)
+// wait for their locks at low priority (WAIT_AT_LOW_PRIORITY), queueing
+// behind the workload without blocking it, and give up with error 1222
+// after lowPriorityMinutes. The caller declares @online nvarchar(200) and
+// sets LOCK_TIMEOUT (upgradeHead), so that every other schema change
+// waits at most ddlLockTimeout for its lock: a timeout (1222) rolls the
+// table's transaction back, and the engine runs it again, as any
+// transient error.
 const upgradeQueue = `IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = ` + lowPriorityMinutes + ` MINUTES, ABORT_AFTER_WAIT = SELF))'
+		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ` + keyColumn + `';
@@ -358,25 +392,25 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' ` + pendingIndex + `'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' ` + keyIndex + `'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' ` + inflightIndex + `'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' ` + expiryIndex + `'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -386,7 +420,7 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' ` + leasedIndex + `'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -397,6 +431,22 @@ BEGIN
 	END;
 END;
 `
+
+// ddlLockTimeout is the LOCK_TIMEOUT, in milliseconds, of the batches
+// that create or upgrade a queue table: an ALTER waiting for a
+// schema-modification lock blocks every claim, settlement and insert
+// queued behind it, so it gives up (1222) after 5 s and its transaction
+// runs again (10–100 ms later, three times at most) rather than stall the
+// queue for as long as a long reader holds it. lowPriorityMinutes bounds
+// an online index build's low-priority wait the same way (1 minute is the
+// least WAIT_AT_LOW_PRIORITY takes).
+const (
+	ddlLockTimeout     = "5000"
+	lowPriorityMinutes = "1"
+)
+
+// upgradeHead opens every batch that creates or upgrades a queue table.
+const upgradeHead = head + "SET LOCK_TIMEOUT " + ddlLockTimeout + ";\n"
 
 // CreateQueue implements sqlqueue.Dialect. The filtered index on pending
 // rows is the claim path: a claimed row leaves it, so concurrent claims
@@ -410,7 +460,7 @@ END;
 func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	pending, leased := q.Name+"_pending", q.Name+"_leased"
 	return []sqlqueue.Stmt{
-		st(head + `IF OBJECT_ID(` + literal(q.Table) + `, N'U') IS NULL
+		st(upgradeHead + `IF OBJECT_ID(` + literal(q.Table) + `, N'U') IS NULL
 CREATE TABLE ` + q.Table + ` (
 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
 	uuid        nvarchar(255)  NOT NULL,
@@ -425,12 +475,11 @@ CREATE TABLE ` + q.Table + ` (
 	expires_at  datetime2(3)   NULL,
 	` + keyColumn + `
 )`),
-		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
+		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
 CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` ` + pendingIndex),
-		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
+		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
 CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` ` + leasedIndex),
-		st(head + `DECLARE @name nvarchar(128) = ` + literal(q.Name) + `, @t nvarchar(300) = ` + literal(q.Table) + `, @sql nvarchar(max);
-` + upgradeQueue),
+		upgradeOne(q.Name, q.Table),
 	}
 }
 

@@ -51,6 +51,8 @@ func TestStatementsGolden(t *testing.T) {
 		{"Migrations", d.Migrations(n)[0].Stmts, []string{goldenSubscriptions, goldenErrors, goldenErrorsIndex}, [][]any{nil, nil, nil}},
 		{"Migration 2", d.Migrations(n)[1].Stmts, []string{goldenUpgradeQueues}, [][]any{nil}},
 		{"CreateQueue", d.CreateQueue(q), []string{goldenQueueTable, goldenPendingIndex, goldenLeasedIndex, goldenUpgradeQueue}, [][]any{nil, nil, nil, nil}},
+		{"QueueTables", one(d.QueueTables(n)), []string{goldenQueueTables}, [][]any{nil}},
+		{"MigrateQueue", d.MigrateQueue(q), []string{goldenUpgradeQueue}, [][]any{nil}},
 		{"Subscribe", one(d.Subscribe(n, q)), []string{goldenSubscribe}, [][]any{{nv("orders"), nv("billing"), nv("berth_q_orders__billing")}}},
 		{"Subscriptions", one(d.Subscriptions(n, "orders")), []string{goldenSelectSubscriptions}, [][]any{{nv("orders")}}},
 		{"Insert", d.Insert(q, []sqlqueue.InsertRow{

@@ -106,7 +106,8 @@ func ExampleDDL() {
 	//
 	// -- version 2
 	// SET NOCOUNT ON;
-	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+	// SET LOCK_TIMEOUT 5000;
+	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max), @online nvarchar(200);
 	// DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
 	// WHILE 1 = 1
 	// BEGIN
@@ -119,6 +120,10 @@ func ExampleDDL() {
 	// 	SET @t = N'[app].' + QUOTENAME(@name);
 	// IF OBJECT_ID(@t, N'U') IS NOT NULL
 	// BEGIN
+	// 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+	// 		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+	// 		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	// 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
@@ -131,25 +136,25 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -159,7 +164,7 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -174,7 +179,8 @@ func ExampleDDL() {
 	//
 	// -- version 3
 	// SET NOCOUNT ON;
-	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+	// SET LOCK_TIMEOUT 5000;
+	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max), @online nvarchar(200);
 	// DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
 	// WHILE 1 = 1
 	// BEGIN
@@ -187,6 +193,10 @@ func ExampleDDL() {
 	// 	SET @t = N'[app].' + QUOTENAME(@name);
 	// IF OBJECT_ID(@t, N'U') IS NOT NULL
 	// BEGIN
+	// 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+	// 		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+	// 		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	// 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
@@ -199,25 +209,25 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -227,7 +237,7 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -247,6 +257,7 @@ func ExampleDDL() {
 	//
 	// -- queue of topic "orders", consumer group ""
 	// SET NOCOUNT ON;
+	// SET LOCK_TIMEOUT 5000;
 	// IF OBJECT_ID(N'[app].[berth_q_orders]', N'U') IS NULL
 	// CREATE TABLE [app].[berth_q_orders] (
 	// 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
@@ -265,19 +276,26 @@ func ExampleDDL() {
 	// GO
 	//
 	// SET NOCOUNT ON;
+	// SET LOCK_TIMEOUT 5000;
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders]') AND name = N'berth_q_orders_pending')
 	// CREATE INDEX [berth_q_orders_pending] ON [app].[berth_q_orders] (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0
 	// GO
 	//
 	// SET NOCOUNT ON;
+	// SET LOCK_TIMEOUT 5000;
 	// IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders]') AND name = N'berth_q_orders_leased')
 	// CREATE INDEX [berth_q_orders_leased] ON [app].[berth_q_orders] (lease_until) INCLUDE (attempts, state) WHERE state > 0
 	// GO
 	//
 	// SET NOCOUNT ON;
-	// DECLARE @name nvarchar(128) = N'berth_q_orders', @t nvarchar(300) = N'[app].[berth_q_orders]', @sql nvarchar(max);
+	// SET LOCK_TIMEOUT 5000;
+	// DECLARE @name nvarchar(128) = N'berth_q_orders', @t nvarchar(300) = N'[app].[berth_q_orders]', @sql nvarchar(max), @online nvarchar(200);
 	// IF OBJECT_ID(@t, N'U') IS NOT NULL
 	// BEGIN
+	// 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+	// 		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+	// 		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	// 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
@@ -290,25 +308,25 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
-	// 			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -318,7 +336,7 @@ func ExampleDDL() {
 	// 	BEGIN
 	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-	// 				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)

@@ -63,6 +63,7 @@ type fakeTDS struct {
 	conns   map[net.Conn]struct{}
 	calls   []rpcCall
 	batches []string
+	log     []string                  // every request's text and every BEGIN, COMMIT and ROLLBACK, in order
 	fails   []failRule                // errors for the next matching requests, first rule first
 	answer  func(text string) [][]any // rows for a request's text (see Answer)
 	stall   bool                      // the next RPC or batch waits for an ATTENTION
@@ -95,6 +96,15 @@ func (f *fakeTDS) Calls() []rpcCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
+}
+
+// Log returns the text of every request (batch or sp_executesql) and the
+// transaction manager's requests as "BEGIN", "COMMIT" and "ROLLBACK", in
+// the order they arrived.
+func (f *fakeTDS) Log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.log)
 }
 
 // Batches returns the text of every SQL batch received (the driver sends a
@@ -242,6 +252,7 @@ func (f *fakeTDS) handle(typ byte, msg []byte, pktSize *int) (reply []byte) {
 func (f *fakeTDS) record(done byte, text string, add func()) []byte {
 	f.mu.Lock()
 	add()
+	f.log = append(f.log, text)
 	stall := f.stall
 	f.stall = false
 	var fail *mssql.Error
@@ -412,11 +423,15 @@ func (f *fakeTDS) transMgrReply(msg []byte) []byte {
 	switch req := r.u16(); req {
 	case 5: // TM_BEGIN_XACT
 		f.mu.Lock()
+		f.log = append(f.log, "BEGIN")
 		f.tranID++
 		id := binary.LittleEndian.AppendUint64([]byte{8}, f.tranID)
 		f.mu.Unlock()
 		b = appendEnvChange(b, 8, id, []byte{0})
 	case 7, 8: // TM_COMMIT_XACT, TM_ROLLBACK_XACT
+		f.mu.Lock()
+		f.log = append(f.log, map[int]string{7: "COMMIT", 8: "ROLLBACK"}[req])
+		f.mu.Unlock()
 		b = appendEnvChange(b, byte(req+2), []byte{0}, []byte{0})
 	default:
 		panic(fmt.Errorf("unsupported transaction manager request %d", req))

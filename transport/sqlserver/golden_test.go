@@ -88,7 +88,8 @@ IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[be
 CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)`
 
 const goldenUpgradeQueues = `SET NOCOUNT ON;
-DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max);
+SET LOCK_TIMEOUT 5000;
+DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max), @online nvarchar(200);
 DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
 WHILE 1 = 1
 BEGIN
@@ -101,6 +102,10 @@ BEGIN
 	SET @t = N'[app].' + QUOTENAME(@name);
 IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
@@ -113,25 +118,25 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -141,7 +146,7 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -154,6 +159,7 @@ END;
 END;`
 
 const goldenQueueTable = `SET NOCOUNT ON;
+SET LOCK_TIMEOUT 5000;
 IF OBJECT_ID(N'[app].[berth_q_orders__billing]', N'U') IS NULL
 CREATE TABLE [app].[berth_q_orders__billing] (
 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
@@ -171,17 +177,24 @@ CREATE TABLE [app].[berth_q_orders__billing] (
 )`
 
 const goldenPendingIndex = `SET NOCOUNT ON;
+SET LOCK_TIMEOUT 5000;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_pending')
 CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing] (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0`
 
 const goldenLeasedIndex = `SET NOCOUNT ON;
+SET LOCK_TIMEOUT 5000;
 IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_leased')
 CREATE INDEX [berth_q_orders__billing_leased] ON [app].[berth_q_orders__billing] (lease_until) INCLUDE (attempts, state) WHERE state > 0`
 
 const goldenUpgradeQueue = `SET NOCOUNT ON;
-DECLARE @name nvarchar(128) = N'berth_q_orders__billing', @t nvarchar(300) = N'[app].[berth_q_orders__billing]', @sql nvarchar(max);
+SET LOCK_TIMEOUT 5000;
+DECLARE @name nvarchar(128) = N'berth_q_orders__billing', @t nvarchar(300) = N'[app].[berth_q_orders__billing]', @sql nvarchar(max), @online nvarchar(200);
 IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
+	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
@@ -194,25 +207,25 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
-			+ CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N' WITH (ONLINE = ON)' ELSE N'' END;
+			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -222,7 +235,7 @@ BEGIN
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
-				ELSE N' WITH (DROP_EXISTING = ON' + CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (3, 5, 8) THEN N', ONLINE = ON' ELSE N'' END + N')' END;
+				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
 		EXEC sp_executesql @sql;
 	END;
 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -375,3 +388,6 @@ DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, R
 OUTPUT deleted.id INTO @t
 WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= @now;
 SELECT id FROM @t;`
+
+const goldenQueueTables = `SET NOCOUNT ON;
+SELECT DISTINCT queue_table FROM [app].[berth_subscriptions] ORDER BY queue_table;`

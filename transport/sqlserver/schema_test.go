@@ -63,3 +63,127 @@ func TestLockWaitsAreBounded(t *testing.T) {
 		t.Errorf("the try-lock changed:\n%s", st.SQL)
 	}
 }
+
+// A database at schema version 2 with three subscribed queue tables is
+// upgraded one table per transaction, each under the schema lock, before
+// the version's own transaction: a table is schema-locked only while it
+// upgrades, not while the others do.
+func TestUpgradeOneTransactionPerTable(t *testing.T) {
+	f, db := openFake(t)
+	tables := []string{"berth_q_a", "berth_q_b", "berth_q_c"}
+	f.Answer(func(text string) [][]any {
+		switch {
+		case strings.Contains(text, "COALESCE(MAX(version), 0)"):
+			return [][]any{{int32(2)}}
+		case strings.Contains(text, "SELECT DISTINCT queue_table"):
+			var rows [][]any
+			for _, n := range tables {
+				rows = append(rows, []any{n})
+			}
+			return rows
+		case strings.Contains(text, "SELECT queue_table FROM"):
+			return [][]any{{"berth_q_orders__billing"}}
+		}
+		return answerEngine(text)
+	})
+	pub, err := sqlqueue.NewPublisher(Dialect{}, sqlqueue.PublisherConfig{DB: db}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish("orders", newMessage()); err != nil {
+		t.Fatal(err)
+	}
+	// The log, each request named by what it does.
+	var got []string
+	for _, e := range f.Log() {
+		switch {
+		case e == "BEGIN" || e == "COMMIT" || e == "ROLLBACK":
+			got = append(got, e)
+		case strings.Contains(e, "sp_getapplock"):
+			got = append(got, "lock")
+		case strings.Contains(e, "WHILE 1 = 1"):
+			got = append(got, "upgrade every table")
+		case strings.Contains(e, "INSERT INTO [berth_schema_version]"):
+			got = append(got, "set version")
+		default:
+			for _, n := range tables {
+				if strings.Contains(e, "@name nvarchar(128) = N'"+n+"'") {
+					if !strings.Contains(e, "SET LOCK_TIMEOUT 5000;") {
+						t.Errorf("the upgrade of %s sets no lock timeout", n)
+					}
+					got = append(got, "upgrade "+n)
+				}
+			}
+		}
+	}
+	want := []string{
+		"BEGIN", "lock", "upgrade berth_q_a", "COMMIT",
+		"BEGIN", "lock", "upgrade berth_q_b", "COMMIT",
+		"BEGIN", "lock", "upgrade berth_q_c", "COMMIT",
+		"BEGIN", "lock", "upgrade every table", "set version", "COMMIT",
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("statements and transactions:\n got %q\nwant %q", got, want)
+	}
+}
+
+// An upgrade that times out on a lock (1222: SET LOCK_TIMEOUT, or an
+// online build's low-priority wait) rolls its table's transaction back and
+// runs it again.
+func TestUpgradeRunsAgainAfterALockTimeout(t *testing.T) {
+	f, db := openFake(t)
+	f.Answer(func(text string) [][]any {
+		switch {
+		case strings.Contains(text, "COALESCE(MAX(version), 0)"):
+			return [][]any{{int32(2)}}
+		case strings.Contains(text, "SELECT DISTINCT queue_table"):
+			return [][]any{{"berth_q_a"}}
+		case strings.Contains(text, "SELECT queue_table FROM"):
+			return [][]any{{"berth_q_orders__billing"}}
+		}
+		return answerEngine(text)
+	})
+	f.FailMatching("@name nvarchar(128) = N'berth_q_a'", 2, 1222, "Lock request time out period exceeded.")
+	pub, err := sqlqueue.NewPublisher(Dialect{}, sqlqueue.PublisherConfig{DB: db}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if err := pub.Publish("orders", newMessage()); err != nil {
+		t.Fatal(err)
+	}
+	runs, rollbacks := 0, 0
+	for _, e := range f.Log() {
+		if strings.Contains(e, "@name nvarchar(128) = N'berth_q_a'") {
+			runs++
+		}
+		if e == "ROLLBACK" {
+			rollbacks++
+		}
+	}
+	if runs != 3 {
+		t.Errorf("the upgrade ran %d times, want 3", runs)
+	}
+	if rollbacks != 2 {
+		t.Errorf("%d rollbacks, want 2", rollbacks)
+	}
+}
+
+// Online index builds wait at low priority where the server has it, and
+// give up after a minute.
+func TestUpgradeBuildsAtLowPriority(t *testing.T) {
+	sql := Dialect{}.MigrateQueue(testQueue)[0].SQL
+	for _, want := range []string{
+		"SET LOCK_TIMEOUT 5000;",
+		"ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))",
+		"COALESCE(N' WITH (' + @online + N')', N'')",
+	} {
+		if !strings.Contains(sql, want) {
+			t.Errorf("the upgrade lacks %q", want)
+		}
+	}
+	if p := checkGrammar(sql); len(p) > 0 {
+		t.Error(p)
+	}
+}
