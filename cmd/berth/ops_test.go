@@ -398,3 +398,46 @@ func TestMigrateQueueRegistersGroupSQLite(t *testing.T) {
 		t.Errorf("default queue after the groups registered: %+v, want its 5 parked messages only", q)
 	}
 }
+
+// berth dlq never answers "no dead letters" or "0 dead letter(s)" when it
+// cannot see them: a server that is not there, or a role that may not
+// read the tables (PostgreSQL answers, and its catalog hides the tables
+// from that role too), exits 1 with the error.
+func TestDLQCannotSeeIsAnError(t *testing.T) {
+	schemaURL, schema := testenv.PostgresSchema(t)
+	mustRun(t, "migrate", "--url", schemaURL, "--queue", "orders")
+	admin, err := postgres.Open(testenv.PostgresURL(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := testenv.UniqueName("berth_noread")
+	for _, q := range []string{`CREATE ROLE "` + role + `" LOGIN`, `GRANT USAGE ON SCHEMA "` + schema + `" TO "` + role + `"`} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP OWNED BY "` + role + `"`, `DROP ROLE "` + role + `"`} {
+			if _, err := admin.Exec(q); err != nil {
+				t.Error(err)
+			}
+		}
+		_ = admin.Close()
+	})
+	u, err := url.Parse(schemaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	for name, c := range map[string]struct{ url, want string }{
+		"no read":   {u.String(), "permission denied"},
+		"no server": {"postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2", "cannot reach postgres"},
+	} {
+		for _, args := range [][]string{{"dlq", "list"}, {"dlq", "show", "1"}, {"dlq", "replay"}, {"dlq", "purge"}, {"dlq", "replay", "--filter", "id=1"}, {"dlq", "purge", "--dry-run"}} {
+			code, out, errs := runCmd(t, append(args, "--url", c.url)...)
+			if code != 1 || !strings.Contains(errs, c.want) || strings.Contains(out, "dead letter") {
+				t.Errorf("%s: berth %s: exit %d, want 1 with %q\nstderr: %s\nstdout: %s", name, strings.Join(args, " "), code, c.want, errs, out)
+			}
+		}
+	}
+}

@@ -143,10 +143,28 @@ func (s *SQL) deadSelect(f Filter, subs []sqlqueue.Queue, now time.Time, after, 
 	return query, q.args, false
 }
 
+// ErrBadID is returned for a dead-letter id the deployment cannot have
+// issued (SQL: not a number), rather than matching nothing.
+var ErrBadID = errors.New("inspect: bad dead-letter id")
+
+// checkIDs returns an error wrapping ErrBadID for an id of f that is not
+// an error row's id.
+func checkIDs(f Filter) error {
+	for _, id := range f.IDs {
+		if n, err := strconv.ParseInt(id, 10, 64); err != nil || n < 1 {
+			return fmt.Errorf("%w: %q is not a number", ErrBadID, id)
+		}
+	}
+	return nil
+}
+
 // selectDead reads the error rows f selects with after < id ≤ upTo (upTo
 // 0: no upper bound), in id order, at most limit (all when limit ≤ 0). It
 // also returns the last id it read, for keyset paging.
 func (s *SQL) selectDead(ctx context.Context, f Filter, after, upTo int64, limit int) ([]errRow, int64, error) {
+	if err := checkIDs(f); err != nil {
+		return nil, 0, err
+	}
 	subs, err := s.subscriptions(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -167,7 +185,7 @@ func (s *SQL) selectDead(ctx context.Context, f Filter, after, upTo int64, limit
 	}
 	rows, err := s.DB.QueryContext(ctx, query, args...)
 	if err != nil {
-		if s.tableMissing(ctx, s.Names.ErrorsName) {
+		if s.tableMissing(ctx, s.Names.ErrorsName, err) {
 			return nil, 0, nil
 		}
 		return nil, 0, fmt.Errorf("read dead letters: %w", err)
@@ -246,7 +264,7 @@ func (s *SQL) DeadLetterPage(ctx context.Context, f Filter, cursor string, limit
 func (s *SQL) maxDeadID(ctx context.Context) (int64, error) {
 	var n sql.NullInt64
 	if err := s.DB.QueryRowContext(ctx, `SELECT max(id) FROM `+s.Names.Errors).Scan(&n); err != nil {
-		if s.tableMissing(ctx, s.Names.ErrorsName) {
+		if s.tableMissing(ctx, s.Names.ErrorsName, err) {
 			return 0, nil
 		}
 		return 0, fmt.Errorf("read dead letters: %w", err)
@@ -360,6 +378,9 @@ func (s *SQL) Purge(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, e
 	if dryRun {
 		return s.DeadLetters(ctx, f, 0)
 	}
+	if err := checkIDs(f); err != nil {
+		return nil, err
+	}
 	if err := s.checkFilter(ctx, f); err != nil {
 		return nil, err
 	}
@@ -390,6 +411,9 @@ func (s *SQL) Replay(ctx context.Context, f Filter, dryRun bool) ([]DeadLetter, 
 func (s *SQL) ReplayDelayed(ctx context.Context, f Filter, delay time.Duration) ([]DeadLetter, error) {
 	if delay < 0 {
 		return nil, fmt.Errorf("replay: negative delay %s", delay)
+	}
+	if err := checkIDs(f); err != nil {
+		return nil, err
 	}
 	subs, err := s.subscriptions(ctx)
 	if err != nil {

@@ -262,7 +262,7 @@ func (s *SQL) Version(ctx context.Context) (have, want int, err error) {
 		want = ms[len(ms)-1].Version
 	}
 	if err := s.DB.QueryRowContext(ctx, s.Dialect.SchemaVersion(s.Names).SQL, s.Dialect.SchemaVersion(s.Names).Args...).Scan(&have); err != nil {
-		if s.tableMissing(ctx, s.Names.VersionName) {
+		if s.tableMissing(ctx, s.Names.VersionName, err) {
 			return 0, want, nil
 		}
 		return 0, want, fmt.Errorf("read schema version: %w", err)
@@ -392,7 +392,7 @@ func (s *SQL) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 func (s *SQL) subscriptions(ctx context.Context) ([]sqlqueue.Queue, error) {
 	rows, err := s.DB.QueryContext(ctx, `SELECT topic, consumer_group, queue_table FROM `+s.Names.Subscriptions+` ORDER BY queue_table`)
 	if err != nil {
-		if s.tableMissing(ctx, s.Names.SubscriptionsName) {
+		if s.tableMissing(ctx, s.Names.SubscriptionsName, err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("read subscriptions: %w", err)
@@ -426,14 +426,19 @@ func (s *SQL) queueByName(name string) sqlqueue.Queue {
 	return q
 }
 
-// tableMissing reports whether the unquoted table is known not to exist:
-// the catalog answered and has no such table. A statement that failed on
-// a missing table reads as empty; a lookup that failed too (the database
-// unreachable, the pool closed) is no evidence of absence, and the caller
-// returns the statement's error, never "nothing there".
-func (s *SQL) tableMissing(ctx context.Context, name string) bool {
-	ok, err := s.tableExists(ctx, name)
-	return err == nil && !ok
+// tableMissing reports whether a statement on the unquoted table failed
+// with err because the table does not exist: the dialect says err is a
+// missing table's (where it can tell), and the catalog answered and has no
+// such table. Such a statement reads as empty. Any other failure (the
+// database unreachable, the pool closed, permission denied, which also
+// hides the table from the catalog) is no evidence of absence: the caller
+// returns err, never "nothing there".
+func (s *SQL) tableMissing(ctx context.Context, name string, err error) bool {
+	if c, ok := s.Dialect.(sqlqueue.MissingTableClassifier); ok && !c.IsMissingTable(err) {
+		return false
+	}
+	ok, lerr := s.tableExists(ctx, name)
+	return lerr == nil && !ok
 }
 
 // Ping checks that the database answers, within ctx.
@@ -700,7 +705,7 @@ func (s *SQL) deadCounts(ctx context.Context) (map[string]deadCount, error) {
 	query, capped := s.deadCountsQuery()
 	rows, err := s.DB.QueryContext(ctx, query)
 	if err != nil {
-		if s.tableMissing(ctx, s.Names.ErrorsName) {
+		if s.tableMissing(ctx, s.Names.ErrorsName, err) {
 			return map[string]deadCount{}, nil
 		}
 		return nil, fmt.Errorf("count dead letters: %w", err)
@@ -762,7 +767,7 @@ func (s *SQL) hasDead(ctx context.Context, queue string) (bool, error) {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	}
-	if s.tableMissing(ctx, s.Names.ErrorsName) {
+	if s.tableMissing(ctx, s.Names.ErrorsName, err) {
 		return false, nil
 	}
 	return false, fmt.Errorf("find dead letters of %s: %w", queue, err)
@@ -847,7 +852,7 @@ func (s *SQL) Queue(ctx context.Context, name string) (QueueStats, error) {
 		query = `SELECT count(*) FROM (SELECT TOP (` + strconv.Itoa(lim) + `) 1 AS x FROM ` + s.Names.Errors + ` WHERE queue_table = ` + s.ph(1) + `) AS c`
 	}
 	if err := s.DB.QueryRowContext(ctx, query, q.Name).Scan(&st.DeadLettered); err != nil {
-		if !s.tableMissing(ctx, s.Names.ErrorsName) {
+		if !s.tableMissing(ctx, s.Names.ErrorsName, err) {
 			return QueueStats{}, fmt.Errorf("count dead letters of %s: %w", q.Name, err)
 		}
 	}

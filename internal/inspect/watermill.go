@@ -163,7 +163,7 @@ func (s *SQL) progress(ctx context.Context, topic, group string) (position, bool
 		return position{}, false, nil
 	}
 	if err != nil {
-		if s.tableMissing(ctx, s.Tables.Prefix+"migrated_watermill") {
+		if s.tableMissing(ctx, s.Tables.Prefix+"migrated_watermill", err) {
 			return position{}, false, nil // a dry run before any import
 		}
 		return position{}, false, fmt.Errorf("read progress: %w", err)
