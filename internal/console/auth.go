@@ -78,9 +78,10 @@ func (a Auth) allowed(r *http.Request) bool {
 	if !a.Enabled() {
 		return true
 	}
-	h := r.Header.Get("Authorization")
-	if tok, ok := strings.CutPrefix(h, "Bearer "); ok && a.Token != "" {
-		return same(tok, a.Token)
+	// The scheme is case-insensitive (RFC 7235, section 2.1).
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if strings.EqualFold(scheme, "Bearer") && a.Token != "" {
+		return same(strings.TrimLeft(tok, " "), a.Token)
 	}
 	if u, p, ok := r.BasicAuth(); ok && a.User != "" {
 		return same(u, a.User) && same(p, a.Password)
@@ -91,8 +92,17 @@ func (a Auth) allowed(r *http.Request) bool {
 // guard requires the credentials, and refuses cross-site writes: a browser
 // that holds basic credentials sends them with any site's form, so a POST
 // must come from the console's own pages (Sec-Fetch-Site, else Origin).
+// Without credentials it also refuses, with 421, every request whose Host
+// is not a loopback IP, localhost or the address the connection came in
+// on: a page of a domain rebound to 127.0.0.1 (DNS rebinding) is
+// same-origin with the console as far as the browser knows, but it still
+// sends its own name as Host.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.Auth.Enabled() && !localHost(r) {
+			http.Error(w, fmt.Sprintf("421 misdirected request: Host %.100q is not this console's address; without credentials it answers only to a loopback address or localhost (see docs/console.md, Authentication)", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
 		if !s.cfg.Auth.allowed(r) {
 			if s.cfg.Auth.User != "" {
 				w.Header().Set("WWW-Authenticate", `Basic realm="berth console", charset="UTF-8"`)
@@ -114,6 +124,44 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
+// localHost reports whether r's Host (its port aside) is a loopback IP,
+// localhost, or the IP the connection arrived on: names a browser never
+// asks a DNS server for, so no other site can rebind them.
+func localHost(r *http.Request) bool {
+	h := r.Host
+	if hh, _, err := net.SplitHostPort(h); err == nil {
+		h = hh
+	} else {
+		h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	la, _ := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	return la != nil && la.IP.Equal(ip)
+}
+
+// scheme is the scheme the browser used to reach the console: https behind
+// TLS, or when a proxy in front says so (X-Forwarded-Proto, which no other
+// site's page can set on a request the browser sends without a CORS
+// preflight, and the console answers no preflight), else http.
+func scheme(r *http.Request) string {
+	switch p := strings.ToLower(r.Header.Get("X-Forwarded-Proto")); {
+	case r.TLS != nil:
+		return "https"
+	case p == "https" || p == "http":
+		return p
+	}
+	return "http"
+}
+
 func sameOrigin(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "same-origin", "none":
@@ -127,5 +175,5 @@ func sameOrigin(r *http.Request) bool {
 		return true // not a browser's cross-site form: scripts, curl
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	return err == nil && u.Scheme == scheme(r) && strings.EqualFold(u.Host, r.Host)
 }

@@ -35,8 +35,9 @@ const chromiumPath = "/usr/bin/chromium"
 
 // browser starts a headless chromium with a fresh profile and returns a
 // tab's context, with basic credentials sent on every request when hdr is
-// given. It skips when chromium is missing, or fails under CI=true.
-func browser(t *testing.T, hdr map[string]any) context.Context {
+// given, and any extra options (command-line flags). It skips when
+// chromium is missing, or fails under CI=true.
+func browser(t *testing.T, hdr map[string]any, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("browser tests are not short")
@@ -59,6 +60,7 @@ func browser(t *testing.T, hdr map[string]any) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	ctx, cancelTime := context.WithTimeout(ctx, 2*time.Minute)

@@ -26,8 +26,13 @@
 // once per HealthCacheTTL; an endpoint that gives no report is a row marked
 // unreachable. The queue page and list pause and resume a queue
 // fleet-wide (POST /queues/{name}/{pause,resume} with confirmation; POST
-// /api/queues/{name}/{pause,resume}). Bad input is 400, an unknown queue or dead letter 404,
-// an action on a read-only console 403; every message is one line of text.
+// /api/queues/{name}/{pause,resume}). Bad input is 400 (a NUL byte or
+// invalid UTF-8 in a field, an id the Source cannot have issued, anything
+// after a JSON body), an unknown queue or dead letter 404, an action on a
+// read-only console 403; every message is one line of text. A failure of
+// the Source is 503 when its database does not answer a ping ("cannot
+// see", never "nothing there"), else 500; neither body carries the
+// error's text, which goes to the Logger.
 //
 // # Safety
 //
@@ -40,9 +45,12 @@
 // # Authentication
 //
 // Auth holds a bearer token and/or a basic-auth user and password; with
-// neither, CheckListen refuses any address that is not loopback. Writes
-// from another site's pages are refused (Sec-Fetch-Site, Origin), since a
-// browser sends basic credentials with any site's form.
+// neither, CheckListen refuses any address that is not loopback, and every
+// request whose Host is not a loopback IP, localhost or the connection's
+// own address is refused with 421 (DNS rebinding). Writes from another
+// site's pages are refused (Sec-Fetch-Site, else an Origin of another
+// scheme or host), since a browser sends basic credentials with any site's
+// form. The Authorization scheme is case-insensitive.
 //
 // # Goroutines
 //

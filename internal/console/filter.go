@@ -1,11 +1,16 @@
 package console
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/berth-go/berth/internal/inspect"
 )
@@ -40,6 +45,12 @@ func parseFilter(q url.Values) (inspect.Filter, error) {
 	var errs []error
 	f.Queue = strings.TrimSpace(q.Get("queue"))
 	f.Reason = strings.TrimSpace(q.Get("reason"))
+	if err := checkName("queue", f.Queue); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkText("reason", f.Reason); err != nil {
+		errs = append(errs, err)
+	}
 	if len(f.Reason) > 200 {
 		errs = append(errs, badInput("reason is longer than 200 characters"))
 	}
@@ -95,6 +106,45 @@ func filterQuery(q url.Values) url.Values {
 	return out
 }
 
+// checkText refuses a value no database column can hold as text: invalid
+// UTF-8 or a NUL byte (PostgreSQL: SQLSTATE 22021), naming field.
+func checkText(field, v string) error {
+	switch {
+	case !utf8.ValidString(v):
+		return badInput("%s is not valid UTF-8", field)
+	case strings.ContainsRune(v, 0):
+		return badInput("%s contains a NUL byte", field)
+	}
+	return nil
+}
+
+// checkName is checkText for a queue or topic name, which also has no
+// control characters.
+func checkName(field, v string) error {
+	if err := checkText(field, v); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+		return badInput("%s contains a control character", field)
+	}
+	return nil
+}
+
+// decodeJSON reads one JSON value of the type of v from r's body (at most
+// limit bytes; no unknown fields, nothing after it). An empty body is
+// io.EOF, for the caller to accept or not.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("more after the JSON value")
+	}
+	return nil
+}
+
 // parseIDs reads dead-letter ids: at most 1000, each non-empty and at
 // most 200 characters.
 func parseIDs(ids []string) ([]string, error) {
@@ -104,7 +154,7 @@ func parseIDs(ids []string) ([]string, error) {
 		if id == "" {
 			continue
 		}
-		if len(id) > 200 || strings.ContainsAny(id, "\x00\r\n") {
+		if len(id) > 200 || checkName("id", id) != nil {
 			return nil, badInput("id %.20q… is not a dead-letter id", id)
 		}
 		out = append(out, id)

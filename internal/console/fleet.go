@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -271,6 +270,12 @@ func (s *Server) pause(ctx context.Context, action, name, by string) (pauseResul
 		return pauseResult{}, errNoFleet
 	}
 	res := pauseResult{Action: action}
+	if err := checkName("queue", name); err != nil {
+		return res, err
+	}
+	if err := checkText("by", by); err != nil {
+		return res, err
+	}
 	var err error
 	switch action {
 	case "pause":
@@ -292,9 +297,7 @@ func (s *Server) apiPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		By string `json:"by"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeJSON(w, r, 1<<16, &req); err != nil && !errors.Is(err, io.EOF) {
 		s.fail(w, r, badInput("body is not {\"by\": \"…\"}: %v", err))
 		return
 	}

@@ -135,6 +135,9 @@ type oneQueue interface {
 }
 
 func (s *Server) findQueue(ctx context.Context, name string) (queueView, error) {
+	if err := checkName("queue", name); err != nil {
+		return queueView{}, err
+	}
 	if one, ok := s.cfg.Source.(oneQueue); ok {
 		q, err := one.Queue(ctx, name)
 		if err != nil {
@@ -313,10 +316,11 @@ func (s *Server) getDead(ctx context.Context, id string) (inspect.DeadLetter, er
 var errNotFound = errors.New("not found")
 
 // status is the HTTP status of an error: 400 for bad input, 404 for an
-// unknown queue or dead letter, 500 otherwise.
+// unknown queue or dead letter, 403 for an action on a read-only console,
+// 500 otherwise.
 func status(err error) int {
 	switch {
-	case errors.Is(err, errBadInput), errors.Is(err, inspect.ErrBadCursor), errors.Is(err, transport.ErrInvalidConfig):
+	case errors.Is(err, errBadInput), errors.Is(err, inspect.ErrBadCursor), errors.Is(err, inspect.ErrBadID), errors.Is(err, transport.ErrInvalidConfig):
 		return http.StatusBadRequest
 	case errors.Is(err, transport.ErrQueueNotFound), errors.Is(err, errNotFound):
 		return http.StatusNotFound
@@ -328,13 +332,56 @@ func status(err error) int {
 
 var errReadOnly = errors.New("read-only console: actions are disabled")
 
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+// pinger is a Source that can tell whether its database answers
+// (inspect.SQL).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// pingTimeout bounds the ping that tells an unreachable database from
+// another failure.
+const pingTimeout = 2 * time.Second
+
+// The bodies of 5xx answers: the detail (a driver's text, which can name
+// hosts, ports, users and schemas) goes to the Logger only.
+const (
+	msgUnavailable = "cannot reach the database, so nothing can be said about what it holds; try again later (the console's log has the details)"
+	msgInternal    = "the request failed (the console's log has the details)"
+)
+
+// classify returns the status and the one-line message of err. A failure
+// that is not the request's fault is 503 when the Source's database does
+// not answer a ping (an operator must never read "nothing there" when the
+// truth is "cannot see"), else 500; both are logged and answered with a
+// generic message.
+func (s *Server) classify(r *http.Request, err error) (int, string) {
 	code := status(err)
-	if code == http.StatusInternalServerError {
-		s.cfg.Logger.Error("console: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	if code != http.StatusInternalServerError {
+		return code, strings.TrimPrefix(err.Error(), "bad request: ")
 	}
-	msg := strings.TrimPrefix(err.Error(), "bad request: ")
-	http.Error(w, fmt.Sprintf("%d %s: %s", code, strings.ToLower(http.StatusText(code)), msg), code)
+	msg := msgInternal
+	if p, ok := s.cfg.Source.(pinger); ok {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), pingTimeout)
+		defer cancel()
+		if p.Ping(ctx) != nil {
+			code, msg = http.StatusServiceUnavailable, msgUnavailable
+		}
+	}
+	s.cfg.Logger.Error("console: request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
+	return code, msg
+}
+
+// fail answers err as one line of text: "404 not found: …". A page (not
+// /api/) gets it inside the layout, as an alert.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code, msg := s.classify(r, err)
+	line := fmt.Sprintf("%d %s: %s", code, strings.ToLower(http.StatusText(code)), msg)
+	if !strings.HasPrefix(r.URL.Path, "/api/") {
+		if s.renderCode(w, code, "error", http.StatusText(code), "", map[string]any{"Code": code, "Line": line, "Unavailable": code == http.StatusServiceUnavailable}) == nil {
+			return
+		}
+	}
+	http.Error(w, line, code)
 }
 
 // ---------------------------------------------------------------- API
@@ -489,9 +536,7 @@ func (s *Server) act(ctx context.Context, action string, ids []string, all bool,
 
 func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
 	var req actionRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 		s.fail(w, r, badInput("body is not the JSON of an action: %v", err))
 		return
 	}
@@ -515,8 +560,9 @@ func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) {
 	res, err := s.act(r.Context(), r.PathValue("action"), req.IDs, req.All, f, delay)
 	if err != nil {
 		if res.Done > 0 {
+			code, msg := s.classify(r, err)
 			s.cfg.Logger.Error("console: action cut short", "action", res.Action, "done", res.Done, "err", err)
-			writeJSON(w, http.StatusInternalServerError, map[string]any{"result": res, "error": err.Error()})
+			writeJSON(w, code, map[string]any{"result": res, "error": msg})
 			return
 		}
 		s.fail(w, r, err)
@@ -544,14 +590,24 @@ type page struct {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
+	if err := s.renderCode(w, http.StatusOK, name, title, nav, data); err != nil {
+		code, msg := s.classify(r, err)
+		http.Error(w, fmt.Sprintf("%d %s: %s", code, strings.ToLower(http.StatusText(code)), msg), code)
+	}
+}
+
+// renderCode writes the page name with status code, or nothing and an
+// error when the template fails.
+func (s *Server) renderCode(w http.ResponseWriter, code int, name, title, nav string, data any) error {
 	var b bytes.Buffer
 	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, FleetPage: s.hasFleetPage(), Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
 	if err := s.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
-		s.fail(w, r, err)
-		return
+		return fmt.Errorf("console: page %s: %w", name, err)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
 	_, _ = b.WriteTo(w)
+	return nil
 }
 
 func parsePages() (map[string]*template.Template, error) {

@@ -67,6 +67,24 @@
   function stamp() {
     const el = document.getElementById("updated");
     if (el) el.textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+    const alert = document.getElementById("poll-error");
+    if (alert) alert.hidden = true;
+  }
+  // stale says, above the figures, that they could not be refreshed and
+  // since when: a failed poll never leaves old counts looking current.
+  let lastGood = new Date();
+  function stale(why) {
+    let alert = document.getElementById("poll-error");
+    if (!alert) {
+      alert = document.createElement("p");
+      alert.id = "poll-error";
+      alert.className = "alert";
+      alert.setAttribute("role", "alert");
+      const h1 = document.querySelector("main h1");
+      h1.insertAdjacentElement("afterend", alert);
+    }
+    alert.textContent = "Cannot refresh: " + why.replace(/\.?$/, ".") + " The figures below are from " + lastGood.toLocaleTimeString() + ".";
+    alert.hidden = false;
   }
 
   const poller = document.querySelector("[data-poll]");
@@ -78,7 +96,11 @@
     busy = true;
     try {
       const res = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
-      if (!res.ok) return;
+      if (!res.ok) {
+        const line = (await res.text()).trim().split("\n")[0].slice(0, 300);
+        stale(line || res.status + " " + res.statusText);
+        return;
+      }
       const data = await res.json();
       if (data.listeners) {
         data.listeners.forEach(function (l) { updateListener(poller, l); });
@@ -93,8 +115,9 @@
         if (img) img.src = img.src.split("?")[0] + "?t=" + Date.now();
       }
       stamp();
+      lastGood = new Date();
     } catch (e) {
-      // The next tick tries again.
+      stale("the console does not answer."); // the next tick tries again
     } finally {
       busy = false;
     }
