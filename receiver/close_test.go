@@ -62,6 +62,34 @@ func TestShutdownWithUnreadChannelReturnsError(t *testing.T) {
 	}
 }
 
+// Close (Watermill's, with DrainTimeout) returns nil when it handed
+// messages back, as Watermill's suite requires, within DrainTimeout +
+// CloseGrace; Shutdown afterwards reports what the first close gave up.
+func TestCloseHandsBackWithinBound(t *testing.T) {
+	src := &fakeSource{available: 3}
+	sub := newSubscriber(t, src, receiver.Config{Concurrency: 3, DrainTimeout: 50 * time.Millisecond, CloseGrace: 50 * time.Millisecond}, nil)
+	msgs, err := sub.Subscribe(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := <-msgs // never acked
+	start := time.Now()
+	if err := sub.Close(); err != nil {
+		t.Fatalf("Close = %v, want nil (Watermill's contract)", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %s", d)
+	}
+	select {
+	case <-held.Context().Done():
+	default:
+		t.Fatal("the held message's context was not cancelled")
+	}
+	if err := sub.Shutdown(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown after Close = %v, want what Close gave up", err)
+	}
+}
+
 // hangingSource's Retry blocks until its context is done: a broker that
 // does not answer while closing hands messages back.
 type hangingSource struct {

@@ -54,6 +54,7 @@ type Subscriber struct {
 	mu        sync.Mutex
 	listeners map[*Listener]transport.Source
 	closed    bool
+	closeErr  error          // what Shutdown calls reported so far
 	wg        sync.WaitGroup // one per Subscribe whose listener is running
 }
 
@@ -228,7 +229,8 @@ func (s *Subscriber) ListenerStates() []transport.ListenerState {
 // It returns an error wrapping ctx.Err() when a listener handed messages
 // back unsettled, and returns at most CloseGrace past ctx (2 × CloseGrace
 // when a source is slow to close) even when a consumer stopped reading a
-// channel. Later calls wait for the listeners the first call closed.
+// channel. Later calls wait for the listeners the first call closed and
+// return what the earlier calls reported too.
 func (s *Subscriber) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -246,14 +248,21 @@ func (s *Subscriber) Shutdown(ctx context.Context) error {
 		all = append(all, <-errs)
 	}
 	s.wg.Wait() // each listener's goroutine closes its source
-	return errors.Join(all...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeErr = errors.Join(append([]error{s.closeErr}, all...)...)
+	return s.closeErr
 }
 
 // Close implements message.Subscriber: Shutdown with a context that ends
-// after DrainTimeout. Messages handed back unsettled are logged, not
-// returned: handing them back is how closing a subscriber works (Watermill's
-// contract expects nil), and they are redelivered. Call Shutdown to learn
-// of them. Idempotent.
+// after DrainTimeout. It returns within DrainTimeout + CloseGrace (15s with
+// the defaults; 2 × CloseGrace past DrainTimeout when a source is slow to
+// close), whatever a consumer that stopped reading does. Messages still
+// unsettled at DrainTimeout are handed back for redelivery and logged, not
+// returned: Watermill's contract expects nil from Close then (its universal
+// suite's TestMessageCtx closes with a message un-acked). Call Shutdown to
+// get the error, wrapping context.DeadlineExceeded, as
+// http.Server.Shutdown does. Idempotent.
 func (s *Subscriber) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.pcfg.DrainTimeout)
 	defer cancel()
