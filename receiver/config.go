@@ -20,6 +20,11 @@ const (
 	DefaultErrorBackoff  = 100 * time.Millisecond
 	DefaultMaxErrorDelay = 30 * time.Second
 	DefaultCloseGrace    = 5 * time.Second
+	// DefaultContactInterval is how long a listener goes without hearing
+	// from its broker before it pings it. With health's default
+	// Unreachable (10s), a broker that stops answering is reported within
+	// 10s (docs/operations.md, "How fast health sees an outage").
+	DefaultContactInterval = 5 * time.Second
 )
 
 // Config configures the receive pipeline of every transport's subscriber:
@@ -130,6 +135,17 @@ type Config struct {
 	ErrorBackoff  time.Duration
 	MaxErrorDelay time.Duration
 
+	// ContactInterval: a listener that has not heard from its broker for
+	// this long (no Claim reached it: an idle SQL queue claims without a
+	// round trip) pings a transport.Pinger source, each ping bounded by
+	// ContactInterval too. It is what lets health report a blackholed or
+	// frozen broker within health.Config.Unreachable whatever the load;
+	// keep it at most half of that. An idle SQL pool pays one ping per
+	// ContactInterval at most, shared by its queues (PostgreSQL: an empty
+	// statement). Negative disables the pings. Defaults to
+	// DefaultContactInterval (5s). URL: contact_interval.
+	ContactInterval time.Duration
+
 	// Clock drives the waits of the receive loop, the watchdog and lease
 	// renewal; nil is transport.WallClock. For tests.
 	Clock transport.Clock
@@ -220,6 +236,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxErrorDelay == 0 {
 		c.MaxErrorDelay = DefaultMaxErrorDelay
+	}
+	if c.ContactInterval == 0 {
+		c.ContactInterval = DefaultContactInterval
 	}
 	if c.Clock == nil {
 		c.Clock = transport.WallClock

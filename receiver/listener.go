@@ -71,7 +71,7 @@ type Listener struct {
 	closeOnce  sync.Once
 	closeErr   error
 	closed     chan struct{}
-	goroutines sync.WaitGroup // the loop and the watchdog
+	goroutines sync.WaitGroup // the loop, the watchdog and the contact check
 	disposals  sync.WaitGroup // stages being closed after a rebuild
 	startedAt  time.Time
 
@@ -81,6 +81,11 @@ type Listener struct {
 	failures    atomic.Int64
 	queueGone   atomic.Bool
 	lastReceive atomic.Int64 // unix nanos
+	contact     contactState
+	contactAt   atomic.Int64 // when the broker last answered (contact.go)
+	contactFail atomic.Int64 // when a call last failed
+	claimSince  atomic.Int64 // when the Claim under way began; 0: none
+	pingSince   atomic.Int64 // when the ping under way began; 0: none
 	loopFault   atomic.Pointer[transport.Fault]
 
 	mu        sync.Mutex
@@ -136,6 +141,11 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	}
 	if dc, ok := cfg.Source.(transport.DirectClaimer); ok && l.claimSize == 0 && !isSequencer(cfg.Source) {
 		l.direct = dc
+	}
+	l.contact.reporter, _ = cfg.Source.(transport.ContactReporter)
+	l.contact.pinger, _ = cfg.Source.(transport.Pinger)
+	if lp, ok := cfg.Source.(transport.LongPoller); ok {
+		guard.Do(func() { l.contact.wait = lp.ClaimWait() })
 	}
 	if w, ok := cfg.Source.(transport.Waker); ok {
 		l.wakeCh = w.Wake()
@@ -203,6 +213,10 @@ func (l *Listener) Start() error {
 		l.goroutines.Add(2)
 		go l.loop()
 		go l.watchdog()
+		if l.contact.pinger != nil && l.pcfg.ContactInterval > 0 {
+			l.goroutines.Add(1)
+			go l.contactLoop()
+		}
 	})
 	if err != nil {
 		return err

@@ -165,8 +165,7 @@ const backoffPing = time.Second
 // never failed (the broker answers, but the claims fail) leaves the
 // backoff as it is.
 func (l *Listener) waitBackoff(ctx context.Context, d time.Duration) bool {
-	p, ok := l.cfg.Source.(transport.Pinger)
-	if !ok || d <= backoffPing {
+	if l.contact.pinger == nil || d <= backoffPing {
 		return l.wait(d)
 	}
 	clock := l.pcfg.Clock
@@ -180,13 +179,7 @@ func (l *Listener) waitBackoff(ctx context.Context, d time.Duration) bool {
 		if !l.wait(min(backoffPing, left)) {
 			return false
 		}
-		pctx, cancel := context.WithTimeout(ctx, backoffPing)
-		var err error
-		if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
-			err = guard.PanicError(pv)
-		}
-		cancel()
-		switch {
+		switch err := l.ping(ctx, backoffPing); {
 		case err != nil:
 			failed = true
 		case failed:
@@ -352,9 +345,14 @@ func (l *Listener) claim(ctx context.Context, max, direct int) ([]*transport.Del
 	if direct > 0 {
 		call = func() { ds, err = l.direct.ClaimDirect(ctx, max, direct) }
 	}
+	l.noteClaimStart(start)
 	if p := guard.Call(call); p != nil {
+		l.noteClaimEnd(p)
 		l.recordLoopFault("receive", p)
 		return nil, p
+	}
+	if err == nil || !l.stopping() {
+		l.noteClaimEnd(err)
 	}
 	if err == nil || !l.stopping() {
 		l.observe(func(o transport.Observer) { o.Received(l.cfg.Name, start, len(ds), err) })

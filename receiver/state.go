@@ -51,6 +51,8 @@ func (l *Listener) State() transport.ListenerState {
 	if ns := l.lastReceive.Load(); ns != 0 {
 		s.LastReceive = time.Unix(0, ns)
 	}
+	s.LastContact = l.lastContact()
+	s.ContactFailing = l.contactFailing(s.LastContact, time.Now())
 	s.Loop = transport.LoopState(l.loopState.Load())
 	f := l.loopFault.Load()
 	if f == nil && r != nil {

@@ -161,8 +161,29 @@ type Sequencer interface {
 // again within about a second of answering, not after the rest of the
 // backoff (up to MaxErrorDelay). Errors the broker itself returns, while
 // pings succeed, keep their backoff.
+//
+// A listener also pings a Pinger source when it has not heard from the
+// broker for receiver.Config.ContactInterval (an idle SQL queue claims
+// without a round trip), so that health learns of a broker that stopped
+// answering within seconds (ListenerState.LastContact, ContactFailing).
 type Pinger interface {
 	Ping(ctx context.Context) error
+}
+
+// A ContactReporter is a Source whose Claim may answer without the broker
+// (an idle SQL queue, parked, answers empty until a wake-up), or whose
+// other calls reach the broker too. LastContact is when the broker last
+// answered any call of the source (zero: never); the listener uses it
+// instead of counting its successful Claims as contact.
+type ContactReporter interface {
+	LastContact() time.Time
+}
+
+// A LongPoller is a Source whose Claim waits at the broker up to ClaimWait
+// for messages to arrive (SQS long polling): a Claim outstanding for less
+// than that is not late, and the listener does not ping meanwhile.
+type LongPoller interface {
+	ClaimWait() time.Duration
 }
 
 // Waker is implemented by sources that can tell the receive loop that new

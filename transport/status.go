@@ -81,8 +81,19 @@ type ListenerState struct {
 	ConsecutiveFailures int       // Claim errors since the last success
 	LastError           string    // the last Claim error
 	QueueMissing        bool      // the last Claim failed with ErrQueueNotFound
-	Wave                int       // the size of the last wave launched
-	StartedAt           time.Time
+
+	// LastContact is when the broker last answered the listener: a Claim
+	// that reached it, a ping, or (a ContactReporter source) any call of
+	// the source. Zero: never.
+	LastContact time.Time
+	// ContactFailing: a call made since LastContact failed, or a Claim has
+	// been outstanding past its expected end (its long-poll wait plus a
+	// second): the broker is not answering now. health reports a listener
+	// broker_unreachable when this holds and LastContact is older than
+	// health.Config.Unreachable.
+	ContactFailing bool
+	Wave           int // the size of the last wave launched
+	StartedAt      time.Time
 }
 
 // A StateSource reports the state of its listeners. Every Berth subscriber

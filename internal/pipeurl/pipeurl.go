@@ -13,7 +13,7 @@ import (
 // Parse sets c's fields named by URL query parameters (concurrency,
 // buffer, max_attempts, retry_delay, max_retry_delay, drain_timeout,
 // close_grace, wave_cap, empty_delay, max_queue, restart_queue,
-// check_interval, ordered_nack, retry_in_place). Problems are recorded in p.
+// check_interval, contact_interval, ordered_nack, retry_in_place). Problems are recorded in p.
 func Parse(p *urlparam.Params, c *receiver.Config) {
 	const maxInt = 1 << 30
 	c.Concurrency = p.Int("concurrency", c.Concurrency, 1, 1<<20)
@@ -28,6 +28,7 @@ func Parse(p *urlparam.Params, c *receiver.Config) {
 	c.MaxQueue = p.Int("max_queue", c.MaxQueue, 1, maxInt)
 	c.RestartQueue = p.Int("restart_queue", c.RestartQueue, 0, maxInt)
 	c.CheckInterval = p.Duration("check_interval", c.CheckInterval, time.Millisecond, time.Hour)
+	c.ContactInterval = p.Duration("contact_interval", c.ContactInterval, -time.Hour, time.Hour)
 	c.OrderedNack = receiver.OrderedNack(p.Enum("ordered_nack", string(c.OrderedNack),
 		string(receiver.OrderedNackBlock), string(receiver.OrderedNackDeadLetter)))
 	c.RetryInPlace = receiver.RetryInPlace(p.Enum("retry_in_place", string(c.RetryInPlace),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -137,13 +138,40 @@ func (s *faultyTxSource) CompleteTx(ctx context.Context, d *transport.Delivery, 
 type faultySource struct {
 	transport.Source
 	f *Faults
+	// claimedOK: when a Claim of the source last succeeded, Unix ns
+	// (LastContact for a source that reports none of its own).
+	claimedOK atomic.Int64
 }
 
 func (s *faultySource) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
 	if err := s.f.hit(AtReceive); err != nil {
 		return nil, err
 	}
-	return s.Source.Claim(ctx, max)
+	ds, err := s.Source.Claim(ctx, max)
+	if err == nil {
+		s.claimedOK.Store(time.Now().UnixNano())
+	}
+	return ds, err
+}
+
+// LastContact implements transport.ContactReporter: the source's own, or
+// when its Claim last succeeded.
+func (s *faultySource) LastContact() time.Time {
+	if r, ok := s.Source.(transport.ContactReporter); ok {
+		return r.LastContact()
+	}
+	if ns := s.claimedOK.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// ClaimWait implements transport.LongPoller: the source's own, or 0.
+func (s *faultySource) ClaimWait() time.Duration {
+	if lp, ok := s.Source.(transport.LongPoller); ok {
+		return lp.ClaimWait()
+	}
+	return 0
 }
 
 // ClaimDirect implements transport.DirectClaimer: the source's own when it
@@ -153,10 +181,19 @@ func (s *faultySource) ClaimDirect(ctx context.Context, max, direct int) ([]*tra
 	if err := s.f.hit(AtReceive); err != nil {
 		return nil, err
 	}
+	var (
+		ds  []*transport.Delivery
+		err error
+	)
 	if dc, ok := s.Source.(transport.DirectClaimer); ok {
-		return dc.ClaimDirect(ctx, max, direct)
+		ds, err = dc.ClaimDirect(ctx, max, direct)
+	} else {
+		ds, err = s.Source.Claim(ctx, max)
 	}
-	return s.Source.Claim(ctx, max)
+	if err == nil {
+		s.claimedOK.Store(time.Now().UnixNano())
+	}
+	return ds, err
 }
 
 // CompleteAsync implements transport.AsyncCompleter: the source's own when

@@ -1,0 +1,155 @@
+package receiver
+
+import (
+	"context"
+	"time"
+
+	"github.com/berth-go/berth/internal/guard"
+	"github.com/berth-go/berth/transport"
+)
+
+// Contact: what the listener knows of whether its broker answers, for
+// health (ListenerState.LastContact and ContactFailing). Successful Claims
+// count as contact unless the source is a transport.ContactReporter (an
+// idle SQL queue claims without a round trip), whose own record is used
+// instead. The contact goroutine pings a transport.Pinger source when the
+// listener has not heard from the broker for Config.ContactInterval, so a
+// blackholed or frozen broker shows within seconds even when nothing is
+// claimed.
+
+// claimLate is how long past its long-poll wait a Claim (or a ping) may
+// run before it counts as unanswered.
+const claimLate = time.Second
+
+// contactState is the listener's record of its broker's answers, in Unix
+// nanoseconds (0: never).
+type contactState struct {
+	reporter transport.ContactReporter // nil: successful Claims are contact
+	pinger   transport.Pinger          // nil: no pings
+	wait     time.Duration             // a Claim's long-poll wait (LongPoller)
+}
+
+// noteClaimStart records that a Claim call began.
+func (l *Listener) noteClaimStart(at time.Time) { l.claimSince.Store(at.UnixNano()) }
+
+// noteClaimEnd records a Claim's outcome: a success is contact (unless the
+// source reports its own), an error a failed call.
+func (l *Listener) noteClaimEnd(err error) {
+	l.claimSince.Store(0)
+	now := time.Now().UnixNano()
+	switch {
+	case err != nil:
+		l.contactFail.Store(now)
+	case l.contact.reporter == nil:
+		l.contactAt.Store(now)
+	}
+}
+
+// lastContact is when the broker last answered (zero: never).
+func (l *Listener) lastContact() time.Time {
+	ns := l.contactAt.Load()
+	if r := l.contact.reporter; r != nil {
+		var t time.Time
+		guard.Do(func() { t = r.LastContact() })
+		if t.UnixNano() > ns && !t.IsZero() {
+			ns = t.UnixNano()
+		}
+	}
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// contactFailing reports whether a call made after last failed, or a
+// Claim has been outstanding past its wait and claimLate, or a ping past
+// claimLate.
+func (l *Listener) contactFailing(last, now time.Time) bool {
+	if f := l.contactFail.Load(); f != 0 && f > last.UnixNano() {
+		return true
+	}
+	if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) > l.contact.wait+claimLate {
+		return true
+	}
+	if p := l.pingSince.Load(); p != 0 && now.Sub(time.Unix(0, p)) > claimLate {
+		return true
+	}
+	return false
+}
+
+// ping pings the source, bounded by d, and records the outcome. A source
+// that is not a Pinger returns nil.
+func (l *Listener) ping(ctx context.Context, d time.Duration) error {
+	p := l.contact.pinger
+	if p == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var err error
+	l.pingSince.CompareAndSwap(0, time.Now().UnixNano())
+	if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
+		err = guard.PanicError(pv)
+	}
+	l.pingSince.Store(0)
+	if l.stopping() {
+		return err
+	}
+	if err != nil {
+		l.contactFail.Store(time.Now().UnixNano())
+	} else {
+		l.contactAt.Store(time.Now().UnixNano())
+	}
+	return err
+}
+
+// contactLoop pings a Pinger source whenever the listener has not heard
+// from the broker for ContactInterval and no Claim is still within its
+// wait, while the listener is fetching (not paused). It checks once a
+// second at most, on the configured clock.
+func (l *Listener) contactLoop() {
+	defer l.goroutines.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			l.logError("contact check panicked; pings stopped until the listener restarts", guard.PanicError(p), nil)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	every := l.pcfg.ContactInterval
+	tick := min(every/2, time.Second)
+	for {
+		select {
+		case <-l.pcfg.Clock.After(tick):
+		case <-l.stopCh:
+			return
+		}
+		now := time.Now()
+		last := l.lastContact()
+		if !last.IsZero() && now.Sub(last) < every {
+			continue
+		}
+		if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) < l.contact.wait+claimLate &&
+			l.contactFail.Load() <= last.UnixNano() {
+			// A long poll or a claim under way will tell; unless a call
+			// failed since the last answer: then the broker may be back
+			// while the poll is still held somewhere, and only a ping
+			// tells at once.
+			continue
+		}
+		l.mu.Lock()
+		paused := l.paused
+		l.mu.Unlock()
+		if paused {
+			continue
+		}
+		_ = l.ping(ctx, every)
+	}
+}

@@ -1,0 +1,119 @@
+package receiver_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-go/berth/receiver"
+	"github.com/berth-go/berth/transport"
+)
+
+// parkedSource answers every Claim empty without its broker, as an idle
+// SQL queue does, reports its own contact, and pings through a broker that
+// may be blackholed (Ping hangs until its context ends).
+type parkedSource struct {
+	*fakeSource
+	blackhole atomic.Bool
+	pings     atomic.Int64
+	claims    atomic.Int64
+	last      atomic.Int64
+}
+
+func (s *parkedSource) Claim(context.Context, int) ([]*transport.Delivery, error) {
+	s.claims.Add(1)
+	return nil, nil
+}
+
+func (s *parkedSource) Ping(ctx context.Context) error {
+	s.pings.Add(1)
+	if s.blackhole.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	s.last.Store(time.Now().UnixNano())
+	return nil
+}
+
+func (s *parkedSource) LastContact() time.Time {
+	if ns := s.last.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// A listener whose claims never reach the broker still learns, by pinging
+// every ContactInterval, that the broker stopped answering: its state says
+// ContactFailing with LastContact frozen, although every Claim "succeeds"
+// (LastReceive stays fresh). When the broker answers again, the next ping
+// clears it.
+func TestContactFailingWhileClaimsAnswerLocally(t *testing.T) {
+	src := &parkedSource{fakeSource: &fakeSource{}}
+	l := newListener(t, src, receiver.Config{ContactInterval: 50 * time.Millisecond, EmptyDelay: 5 * time.Millisecond})
+	defer l.Close(context.Background())
+	eventually(t, "a first ping", func() bool { return !l.State().LastContact.IsZero() })
+	if l.State().ContactFailing {
+		t.Fatal("failing while the broker answers")
+	}
+	src.blackhole.Store(true)
+	cut := time.Now()
+	eventually(t, "contact failing", func() bool { return l.State().ContactFailing })
+	s := l.State()
+	if s.LastContact.After(cut) {
+		t.Fatalf("LastContact %s after the blackhole began (%s)", s.LastContact, cut)
+	}
+	if s.LastReceive.Before(cut) || s.ConsecutiveFailures != 0 {
+		t.Fatalf("claims should still succeed locally: %+v", s)
+	}
+	src.blackhole.Store(false)
+	eventually(t, "contact again", func() bool {
+		s := l.State()
+		return !s.ContactFailing && s.LastContact.After(cut)
+	})
+}
+
+// Without pings (ContactInterval negative), nothing is pinged.
+func TestContactIntervalNegativeDisablesPings(t *testing.T) {
+	src := &parkedSource{fakeSource: &fakeSource{}}
+	l := newListener(t, src, receiver.Config{ContactInterval: -1, EmptyDelay: 5 * time.Millisecond})
+	// 40 claims at EmptyDelay apart: 200ms, four ContactIntervals of the
+	// test above.
+	eventually(t, "40 claims", func() bool { return src.claims.Load() >= 40 })
+	_ = l.Close(context.Background())
+	if n := src.pings.Load(); n != 0 {
+		t.Fatalf("%d pings with ContactInterval < 0", n)
+	}
+}
+
+// A Claim that does not return (a blackholed connection, a frozen broker)
+// counts as failing once it is a second past its long-poll wait, for a
+// source that is not a Pinger as well.
+type hungSource struct {
+	*fakeSource
+	release chan struct{}
+}
+
+func (s *hungSource) Claim(ctx context.Context, _ int) ([]*transport.Delivery, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return nil, nil
+}
+
+func TestContactFailingOnHungClaim(t *testing.T) {
+	src := &hungSource{fakeSource: &fakeSource{}, release: make(chan struct{})}
+	l := newListener(t, src, receiver.Config{})
+	start := time.Now()
+	eventually(t, "contact failing", func() bool { return l.State().ContactFailing })
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("failing after %s, before the claim was a second late", d)
+	}
+	close(src.release)
+	eventually(t, "contact again", func() bool {
+		s := l.State()
+		return !s.ContactFailing && !s.LastContact.IsZero()
+	})
+	_ = l.Close(context.Background())
+}
