@@ -14,6 +14,7 @@ const (
 	DefaultFaultGrace             = time.Minute
 	DefaultMaxConsecutiveFailures = 5
 	DefaultStaleReceive           = 5 * time.Minute
+	DefaultUnreachable            = 10 * time.Second
 	DefaultPingTimeout            = 2 * time.Second
 )
 
@@ -49,6 +50,18 @@ type Config struct {
 	// disables the check. Defaults to DefaultStaleReceive (5m).
 	StaleReceive time.Duration
 
+	// Unreachable: an accepting or too-busy listener whose broker has not
+	// answered for this long while its calls fail or go unanswered
+	// (transport.ListenerState.LastContact, ContactFailing) is reported
+	// broker_unreachable (unhealthy, not ready), whatever the failure: a
+	// refused or reset connection, a blackhole, a frozen broker. A single
+	// slow statement does not count while anything else the listener sends
+	// is answered (it pings every receiver.Config.ContactInterval, 5s, when
+	// nothing else reached the broker). Keep it at least twice
+	// ContactInterval. Negative disables the check. Defaults to
+	// DefaultUnreachable (10s).
+	Unreachable time.Duration
+
 	// PingTimeout bounds each Pinger call. Defaults to DefaultPingTimeout
 	// (2s).
 	PingTimeout time.Duration
@@ -70,6 +83,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.StaleReceive == 0 {
 		c.StaleReceive = DefaultStaleReceive
+	}
+	if c.Unreachable == 0 {
+		c.Unreachable = DefaultUnreachable
 	}
 	if c.PingTimeout == 0 {
 		c.PingTimeout = DefaultPingTimeout

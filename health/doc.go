@@ -32,6 +32,8 @@
 //	faulted (flag, status or loop)                          faulted            unhealthy  yes   no
 //	  … for longer than FaultGrace (not paused)             fault_not_rebuilt  unhealthy  no    no
 //	queue or table missing                                  queue_missing      unhealthy  yes   no
+//	accepting or too busy, broker silent for Unreachable    broker_unreachable unhealthy  yes   no
+//	  while its calls fail or go unanswered
 //	stopped, never started, within StartupGrace             starting           degraded   yes   no
 //	stopped                                                 stopped            unhealthy  yes   no
 //	paused                                                  paused             degraded   yes   no
@@ -39,8 +41,8 @@
 //	accepting, failures ≥ MaxConsecutiveFailures            receive_failing    degraded   yes   no
 //	accepting, never received, within StartupGrace          starting           degraded   yes   no
 //	accepting, never received, after StartupGrace           not_receiving      unhealthy  yes   no
-//	accepting, some consecutive failures                    receive_errors     degraded   yes   yes
 //	accepting, last receive older than StaleReceive         receive_stalled    unhealthy  yes   no
+//	accepting, some consecutive failures                    receive_errors     degraded   yes   yes
 //	accepting                                               ok                 healthy    yes   yes
 //	any other status                                        unknown_status     unhealthy  yes   no
 //

@@ -40,6 +40,7 @@ func ExampleHandler() {
 			Fault:       "berth: dead-letter faulted: panic: nil map",
 			FaultAt:     now.Add(-2 * time.Second),
 			LastReceive: now.Add(-3 * time.Second),
+			LastContact: now.Add(-3 * time.Second),
 			Wave:        4,
 			StartedAt:   now.Add(-time.Hour),
 		}}
@@ -100,6 +101,8 @@ func ExampleHandler() {
 	//       },
 	//       "rebuilds": 0,
 	//       "last_receive": "2026-03-01T11:59:57Z",
+	//       "last_contact": "2026-03-01T11:59:57Z",
+	//       "contact_failing": false,
 	//       "consecutive_failures": 0,
 	//       "queue_missing": false,
 	//       "wave": 4,

@@ -349,7 +349,7 @@ func TestHandlerJSONFields(t *testing.T) {
 	check("report", keys(doc.Top), "health", "live", "ready", "checked_at", "listeners", "pings")
 	check("listener", keys(doc.Listeners[0]), "source", "name", "health", "reason", "live", "ready", "status", "loop",
 		"queue_count", "buffered", "in_flight", "batch_pending", "latched", "faulted", "fault", "rebuilds",
-		"last_receive", "consecutive_failures", "last_error", "queue_missing", "wave", "started_at")
+		"last_receive", "last_contact", "contact_failing", "consecutive_failures", "last_error", "queue_missing", "wave", "started_at")
 	check("fault", keys(doc.Listeners[0]["fault"].(map[string]any)), "cause", "at")
 	check("ping", keys(doc.Pings[0]), "name", "health", "reason", "error", "duration_ms")
 
@@ -371,7 +371,7 @@ func TestHandlerJSONFields(t *testing.T) {
 	check("livez report", keys(doc.Top), "health", "live", "ready", "checked_at", "listeners")
 	check("zero listener", keys(doc.Listeners[0]), "source", "name", "health", "reason", "live", "ready", "status", "loop",
 		"queue_count", "buffered", "in_flight", "batch_pending", "latched", "faulted", "rebuilds",
-		"consecutive_failures", "queue_missing", "wave")
+		"contact_failing", "consecutive_failures", "queue_missing", "wave")
 }
 
 func mustHandler(t *testing.T, cfg Config) *Handler {

@@ -93,19 +93,20 @@ type Reason string
 // Reasons of listener and ping verdicts. See the package documentation for
 // the full mapping.
 const (
-	ReasonOK               Reason = "ok"                // accepting and receiving
-	ReasonStarting         Reason = "starting"          // within the startup grace, not yet receiving
-	ReasonTooBusy          Reason = "too_busy"          // back-pressure latched
-	ReasonPaused           Reason = "paused"            // paused on purpose
-	ReasonStopped          Reason = "stopped"           // not running
-	ReasonFaulted          Reason = "faulted"           // receiver faulted, within the fault grace
-	ReasonFaultNotRebuilt  Reason = "fault_not_rebuilt" // faulted for longer than the fault grace
-	ReasonQueueMissing     Reason = "queue_missing"     // the queue or table does not exist
-	ReasonReceiveErrors    Reason = "receive_errors"    // some consecutive receive failures
-	ReasonReceiveFailing   Reason = "receive_failing"   // consecutive receive failures ≥ the threshold
-	ReasonNotReceiving     Reason = "not_receiving"     // accepting but never received, after the startup grace
-	ReasonReceiveStalled   Reason = "receive_stalled"   // accepting but no receive for longer than StaleReceive
-	ReasonUnknownStatus    Reason = "unknown_status"    // a listener status this version does not know
-	ReasonStateUnavailable Reason = "state_unavailable" // the source panicked reporting its state
-	ReasonPingFailed       Reason = "ping_failed"       // a Pinger returned an error
+	ReasonOK               Reason = "ok"                 // accepting and receiving
+	ReasonStarting         Reason = "starting"           // within the startup grace, not yet receiving
+	ReasonTooBusy          Reason = "too_busy"           // back-pressure latched
+	ReasonPaused           Reason = "paused"             // paused on purpose
+	ReasonStopped          Reason = "stopped"            // not running
+	ReasonFaulted          Reason = "faulted"            // receiver faulted, within the fault grace
+	ReasonFaultNotRebuilt  Reason = "fault_not_rebuilt"  // faulted for longer than the fault grace
+	ReasonQueueMissing     Reason = "queue_missing"      // the queue or table does not exist
+	ReasonReceiveErrors    Reason = "receive_errors"     // some consecutive receive failures
+	ReasonReceiveFailing   Reason = "receive_failing"    // consecutive receive failures ≥ the threshold
+	ReasonNotReceiving     Reason = "not_receiving"      // accepting but never received, after the startup grace
+	ReasonReceiveStalled   Reason = "receive_stalled"    // accepting but no receive for longer than StaleReceive
+	ReasonUnreachable      Reason = "broker_unreachable" // the broker has not answered for Unreachable while calls fail
+	ReasonUnknownStatus    Reason = "unknown_status"     // a listener status this version does not know
+	ReasonStateUnavailable Reason = "state_unavailable"  // the source panicked reporting its state
+	ReasonPingFailed       Reason = "ping_failed"        // a Pinger returned an error
 )

@@ -64,6 +64,7 @@ func accepting(name string, now time.Time) transport.ListenerState {
 		Loop:        transport.LoopRunning,
 		StartedAt:   now.Add(-10 * time.Minute),
 		LastReceive: now.Add(-time.Second),
+		LastContact: now.Add(-time.Second),
 		Wave:        1,
 	}
 }

@@ -55,6 +55,39 @@ func TestMapping(t *testing.T) {
 		{name: "accepting, failures with a stale receive are failing, not stalled",
 			state: with(func(s *transport.ListenerState) { s.ConsecutiveFailures, s.LastReceive = 50, ago(time.Hour) }),
 			want:  want{Degraded, ReasonReceiveFailing, true, false}},
+		{name: "accepting, a few failures with a stale receive are stalled, not ready",
+			state: with(func(s *transport.ListenerState) { s.ConsecutiveFailures, s.LastReceive = 1, ago(time.Hour) }),
+			want:  want{Unhealthy, ReasonReceiveStalled, true, false}},
+
+		// broker contact
+		{name: "accepting, broker silent past Unreachable while calls fail",
+			state: with(func(s *transport.ListenerState) { s.LastContact, s.ContactFailing = ago(10*time.Second), true }),
+			want:  want{Unhealthy, ReasonUnreachable, true, false}},
+		{name: "accepting, one failure, receives fresh (an idle SQL queue): unreachable",
+			state: with(func(s *transport.ListenerState) {
+				s.LastContact, s.ContactFailing, s.ConsecutiveFailures = ago(time.Minute), true, 1
+			}),
+			want: want{Unhealthy, ReasonUnreachable, true, false}},
+		{name: "accepting, calls failing but the broker answered within Unreachable",
+			state: with(func(s *transport.ListenerState) { s.LastContact, s.ContactFailing = ago(9*time.Second), true }),
+			want:  ok},
+		{name: "accepting, broker silent long but nothing failing (idle, not asked)",
+			state: with(func(s *transport.ListenerState) { s.LastContact = ago(time.Hour) }),
+			want:  ok},
+		{name: "accepting, unreachable check disabled", cfg: Config{Unreachable: -1},
+			state: with(func(s *transport.ListenerState) { s.LastContact, s.ContactFailing = ago(time.Hour), true }),
+			want:  ok},
+		{name: "too busy, broker silent past Unreachable",
+			state: with(func(s *transport.ListenerState) {
+				s.Status, s.Latched, s.LastContact, s.ContactFailing = transport.StatusTooBusy, true, ago(time.Minute), true
+			}),
+			want: want{Unhealthy, ReasonUnreachable, true, false}},
+		{name: "paused, broker silent: paused",
+			state: with(func(s *transport.ListenerState) {
+				s.Status, s.LastContact, s.ContactFailing = transport.StatusPaused, ago(time.Minute), true
+			}),
+			want: want{Degraded, ReasonPaused, true, false}},
+
 		{name: "accepting, failure threshold disabled", cfg: Config{MaxConsecutiveFailures: -1},
 			state: with(func(s *transport.ListenerState) { s.ConsecutiveFailures = 1000 }),
 			want:  want{Degraded, ReasonReceiveErrors, true, true}},

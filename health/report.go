@@ -49,6 +49,8 @@ type ListenerReport struct {
 	Rebuilds int64  `json:"rebuilds"`        // receivers rebuilt after a fault
 
 	LastReceive         time.Time `json:"last_receive,omitzero"`
+	LastContact         time.Time `json:"last_contact,omitzero"`
+	ContactFailing      bool      `json:"contact_failing"`
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	LastError           string    `json:"last_error,omitempty"`
 	QueueMissing        bool      `json:"queue_missing"`
@@ -111,6 +113,10 @@ func (e *evaluator) evaluate(s transport.ListenerState, now time.Time) verdict {
 		started = e.created
 	}
 	inGrace := c.StartupGrace > 0 && now.Sub(started) <= c.StartupGrace
+	if (s.Status == transport.StatusAccepting || s.Status == transport.StatusTooBusy) &&
+		c.Unreachable > 0 && s.ContactFailing && !s.LastContact.IsZero() && now.Sub(s.LastContact) >= c.Unreachable {
+		return verdict{health: Unhealthy, reason: ReasonUnreachable, live: true}
+	}
 
 	switch s.Status {
 	case transport.StatusStopped:
@@ -130,10 +136,10 @@ func (e *evaluator) evaluate(s transport.ListenerState, now time.Time) verdict {
 			return verdict{health: Degraded, reason: ReasonStarting, live: true}
 		case s.LastReceive.IsZero():
 			return verdict{health: Unhealthy, reason: ReasonNotReceiving, live: true}
-		case s.ConsecutiveFailures > 0:
-			return verdict{health: Degraded, reason: ReasonReceiveErrors, live: true, ready: true}
 		case c.StaleReceive > 0 && now.Sub(s.LastReceive) > c.StaleReceive:
 			return verdict{health: Unhealthy, reason: ReasonReceiveStalled, live: true}
+		case s.ConsecutiveFailures > 0:
+			return verdict{health: Degraded, reason: ReasonReceiveErrors, live: true, ready: true}
 		}
 		return verdict{health: Healthy, reason: ReasonOK, live: true, ready: true}
 	}
@@ -160,6 +166,8 @@ func (e *evaluator) listener(source string, s transport.ListenerState, now time.
 		Faulted:             v.reason == ReasonFaulted || v.reason == ReasonFaultNotRebuilt,
 		Rebuilds:            s.Rebuilds,
 		LastReceive:         s.LastReceive,
+		LastContact:         s.LastContact,
+		ContactFailing:      s.ContactFailing,
 		ConsecutiveFailures: s.ConsecutiveFailures,
 		LastError:           s.LastError,
 		QueueMissing:        s.QueueMissing,
