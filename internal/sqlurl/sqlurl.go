@@ -26,6 +26,7 @@ func Tables(p *urlparam.Params, t *sqlqueue.Tables) {
 // Subscriber reads the subscriber's URL parameters from p: the pipeline's
 // (see pipeurl.Parse), the tables', and consumer_group,
 // lease, fetch_timeout, sweep_interval, wake_debounce, idle_probe_max,
+// claim_timeout,
 // settle_linger, ack_hold, fleet_interval, parked_retention. One URL serves both sides, so the
 // publisher's parameters (see Publisher) are accepted too: checked, then
 // ignored.
@@ -44,6 +45,7 @@ func subscriber(p *urlparam.Params, c *sqlqueue.SubscriberConfig) {
 	c.SweepInterval = p.Duration("sweep_interval", c.SweepInterval, -1, 24*time.Hour)
 	c.WakeDebounce = p.Duration("wake_debounce", c.WakeDebounce, -1, time.Second)
 	c.IdleProbeMax = p.Duration("idle_probe_max", c.IdleProbeMax, -1, time.Hour)
+	c.ClaimTimeout = p.Duration("claim_timeout", c.ClaimTimeout, 100*time.Millisecond, time.Hour)
 	c.SettleLinger = p.Duration("settle_linger", c.SettleLinger, -1, time.Second)
 	c.AckHold = p.Duration("ack_hold", c.AckHold, -1, time.Second)
 	c.FleetInterval = p.Duration("fleet_interval", c.FleetInterval, 0, time.Hour)

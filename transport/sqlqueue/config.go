@@ -30,6 +30,8 @@ const (
 	DefaultSweepInterval = 10 * time.Second
 	// DefaultStatementTimeout bounds each settlement and sweep statement.
 	DefaultStatementTimeout = 30 * time.Second
+	// DefaultClaimTimeout bounds each claim statement.
+	DefaultClaimTimeout = 10 * time.Second
 	// DefaultMaxMessageSize is the largest accepted headers + body, in
 	// bytes.
 	DefaultMaxMessageSize = 1 << 20
@@ -156,6 +158,15 @@ type SubscriberConfig struct {
 	// StatementTimeout bounds each settlement and sweep statement. Defaults
 	// to DefaultStatementTimeout (30s).
 	StatementTimeout time.Duration
+	// ClaimTimeout bounds each claim statement (and an idle probe), so
+	// that a receive loop whose connection went into a blackhole claims
+	// again on a fresh one within seconds, and recovers within a second of
+	// the network healing rather than after StatementTimeout. A claim cut
+	// short may have claimed rows nobody holds: the sweeper returns them
+	// after FetchTimeout, attempts unchanged. Defaults to
+	// DefaultClaimTimeout (10s), at most StatementTimeout. URL:
+	// claim_timeout.
+	ClaimTimeout time.Duration
 	// SettleBatch is the largest group commit of Begin, Complete or Retry
 	// calls. Defaults to DefaultSettleBatch (256).
 	SettleBatch int
@@ -220,6 +231,9 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
 	}
+	if c.ClaimTimeout == 0 {
+		c.ClaimTimeout = min(DefaultClaimTimeout, c.StatementTimeout)
+	}
 	if c.IdleProbeMax == 0 {
 		c.IdleProbeMax = DefaultIdleProbeMax
 	}
@@ -268,6 +282,9 @@ func (c SubscriberConfig) problems(dialect Dialect, borrowed bool) []error {
 	}
 	if d.StatementTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StatementTimeout: must be > 0, got %s", c.StatementTimeout))
+	}
+	if d.ClaimTimeout < 0 {
+		errs = append(errs, fmt.Errorf("ClaimTimeout: must be > 0, got %s", c.ClaimTimeout))
 	}
 	if d.IdleProbeMax > 0 && (d.IdleProbeMax < 100*time.Millisecond || d.IdleProbeMax > time.Hour) {
 		errs = append(errs, fmt.Errorf("IdleProbeMax: must be from 100ms to 1h, or negative to disable, got %s", c.IdleProbeMax))

@@ -118,6 +118,7 @@ type prober struct {
 	maxCap  time.Duration // IdleProbeMax of the registrants (smallest)
 	baseCap time.Duration // empty delay of the registrants (smallest)
 
+	lastOK atomic.Int64  // when a probe or a ping of the pool last succeeded, Unix ns
 	active atomic.Bool   // activity since the last probe: start the interval over
 	urgent atomic.Bool   // probe at once (wake-ups may have been lost)
 	kick   chan struct{} // cap 1: recompute the wait now
@@ -144,7 +145,7 @@ func acquireProber(s *Source, d MultiProber) *prober {
 	if p == nil {
 		p = &prober{
 			db: s.e.db, d: d, clock: s.cfg.Pipeline.Clock, ctrs: s.e.ctrs, logger: s.cfg.logger,
-			stmtTO: s.cfg.StatementTimeout, queues: map[string]*probeQueue{},
+			stmtTO: s.cfg.ClaimTimeout, queues: map[string]*probeQueue{},
 			kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		}
 		probers[s.e.db] = p
@@ -356,6 +357,7 @@ func (p *prober) probe() time.Duration {
 		}
 		return p.sched.cur
 	}
+	p.lastOK.Store(time.Now().UnixNano())
 	found := false
 	var nextDue time.Duration
 	for _, r := range res {

@@ -68,6 +68,10 @@ type Source struct {
 	// (analyze.go).
 	statsChecked atomic.Bool
 
+	// lastOK is when the database last answered a claim or a ping, Unix
+	// ns (LastContact).
+	lastOK atomic.Int64
+
 	stopSweep chan struct{}
 	swept     sync.WaitGroup // the sweeper and the statistics check
 	bgMu      sync.Mutex
@@ -76,12 +80,13 @@ type Source struct {
 }
 
 var (
-	_ transport.Source        = (*Source)(nil)
-	_ transport.Renewer       = (*Source)(nil)
-	_ transport.Waker         = (*Source)(nil)
-	_ transport.DirectClaimer = (*Source)(nil)
-	_ transport.TxSettler     = (*Source)(nil)
-	_ transport.Pinger        = (*Source)(nil)
+	_ transport.Source          = (*Source)(nil)
+	_ transport.Renewer         = (*Source)(nil)
+	_ transport.Waker           = (*Source)(nil)
+	_ transport.DirectClaimer   = (*Source)(nil)
+	_ transport.TxSettler       = (*Source)(nil)
+	_ transport.Pinger          = (*Source)(nil)
+	_ transport.ContactReporter = (*Source)(nil)
 )
 
 // Ping implements transport.Pinger: a round trip on a pooled connection
@@ -89,7 +94,37 @@ var (
 func (s *Source) Ping(ctx context.Context) error {
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
-	return s.e.db.PingContext(sctx)
+	if err := s.e.db.PingContext(sctx); err != nil {
+		return err
+	}
+	s.contacted()
+	return nil
+}
+
+// contacted records that the database answered this source (and, parked
+// sources of one pool sharing their prober, every source of the pool).
+func (s *Source) contacted() {
+	now := time.Now().UnixNano()
+	s.lastOK.Store(now)
+	if s.idle != nil {
+		s.idle.lastOK.Store(now)
+	}
+}
+
+// LastContact implements transport.ContactReporter: when the database
+// last answered a claim or a ping of this source, or an idle probe or a
+// ping of another source of its pool. A parked source answers claims
+// without a round trip, so its listener's successful claims say nothing of
+// the database.
+func (s *Source) LastContact() time.Time {
+	ns := s.lastOK.Load()
+	if s.idle != nil {
+		ns = max(ns, s.idle.lastOK.Load())
+	}
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // handle is a delivery's settlement token. keyed: the row has an ordering
@@ -232,7 +267,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		return nil, nil
 	}
 	owner := newOwner()
-	sctx, cancel := s.stmtCtx(ctx)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ClaimTimeout)
 	defer cancel()
 	var ds []*transport.Delivery
 	// A claim runs again after a transient error: one rolled back (a
@@ -314,6 +349,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		}
 		return nil, err
 	}
+	s.contacted()
 	switch {
 	case len(ds) == 0:
 		s.e.ctrs.emptyClaims.Add(1)

@@ -63,7 +63,33 @@ var (
 	_ transport.Source     = (*Source)(nil)
 	_ transport.Renewer    = (*Source)(nil)
 	_ transport.ClaimSizer = (*Source)(nil)
+	_ transport.Pinger     = (*Source)(nil)
+	_ transport.LongPoller = (*Source)(nil)
 )
+
+// pollSlack is how long past its wait a long poll may take before it is
+// given up (the broker froze, or the network lost it): the receive loop
+// sees an error and claims again. A second longer than closeGrace, so that
+// Close, which waits closeGrace past the wait, cancels a hung poll itself
+// and says so.
+const pollSlack = closeGrace + time.Second
+
+// Ping implements transport.Pinger: one GetQueueAttributes call for the
+// queue's ARN. A missing queue still answered: that is the claims' to
+// report.
+func (s *Source) Ping(ctx context.Context) error {
+	_, err := s.api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(s.q.url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil && !isQueueMissing(err) {
+		return fmt.Errorf("sqs: ping %s: %w", s.q.name, err)
+	}
+	return nil
+}
+
+// ClaimWait implements transport.LongPoller: the long-poll wait.
+func (s *Source) ClaimWait() time.Duration { return s.waitDur }
 
 // handle is a delivery's settlement token. It holds no payload.
 type handle struct {
@@ -168,8 +194,12 @@ func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, e
 	abandoned := make(chan struct{})
 	started := s.startPoll(func() {
 		// The source's context, not ctx: it ends only for a poll that
-		// outlived its wait (see Close).
-		out, err := s.api.ReceiveMessage(s.ctx, &awssqs.ReceiveMessageInput{
+		// outlived its wait (see Close), or pollSlack past the wait (the
+		// broker froze, or the network lost the request: what it may have
+		// received returns after the visibility timeout).
+		pctx, cancel := context.WithTimeout(s.ctx, s.waitDur+pollSlack)
+		defer cancel()
+		out, err := s.api.ReceiveMessage(pctx, &awssqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(s.q.url),
 			MaxNumberOfMessages:         n,
 			WaitTimeSeconds:             s.wait,
@@ -207,6 +237,9 @@ func (s *Source) Claim(ctx context.Context, limit int) ([]*transport.Delivery, e
 				}
 			}
 			return nil, err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("sqs: receive %s: no answer within %s: %w", s.q.name, s.waitDur+pollSlack, err)
 		}
 		return nil, fmt.Errorf("sqs: receive %s: %w", s.q.name, err)
 	}
