@@ -147,6 +147,16 @@ func (p *TCPProxy) Stall(on bool) {
 	}
 }
 
+// Refuse starts (true) or ends (false) an outage of the server behind the
+// proxy: new connections are closed at once and the open ones reset, as a
+// database that went down (or a firewall that rejects) does.
+func (p *TCPProxy) Refuse(on bool) {
+	p.killed.Store(on)
+	if on {
+		p.Reset()
+	}
+}
+
 // Kill refuses every new connection and resets the open ones, for good: the
 // process behind it is gone.
 func (p *TCPProxy) Kill() {
@@ -179,6 +189,7 @@ const (
 	HTTP5xx                       // 500/503 with an AWS JSON error body
 	HTTPThrottle                  // 400 ThrottlingException
 	HTTPTimeout                   // hold the request, then 504
+	HTTPFreeze                    // hold the request until the fault ends, then forward: a frozen broker
 )
 
 // HTTPProxy is a reverse proxy in front of an HTTP API (the SQS emulator)
@@ -269,6 +280,13 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if hit && fault == HTTPFreeze {
+		p.Injected.Add(1)
+		if !p.thaw(r) {
+			return
+		}
+		hit = false
+	}
 	if !hit {
 		p.rp.ServeHTTP(w, r)
 		return
@@ -291,6 +309,28 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusGatewayTimeout)
+	}
+}
+
+// thaw waits until the freeze ends; false when the proxy or the request
+// ended first.
+func (p *HTTPProxy) thaw(r *http.Request) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		frozen := p.fault == HTTPFreeze
+		p.mu.Unlock()
+		if !frozen {
+			return true
+		}
+		select {
+		case <-t.C:
+		case <-p.stopCh:
+			return false
+		case <-r.Context().Done():
+			return false
+		}
 	}
 }
 
