@@ -87,6 +87,7 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var err error
+	wasFailing := l.contactFail.Load() > l.lastContact().UnixNano()
 	l.pingSince.CompareAndSwap(0, time.Now().UnixNano())
 	if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
 		err = guard.PanicError(pv)
@@ -97,10 +98,19 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 	}
 	if err != nil {
 		l.contactFail.Store(time.Now().UnixNano())
-	} else {
-		l.contactAt.Store(time.Now().UnixNano())
+		return err
 	}
-	return err
+	l.contactAt.Store(time.Now().UnixNano())
+	if wasFailing {
+		// The broker answers again after failing: the receive failures
+		// were the outage's, and health stops counting them
+		// (receive_failing) now rather than after the next Claim, which
+		// may be a long poll answering only at the end of its wait. A
+		// broker that answers pings but fails claims (a permission) never
+		// gets here, its pings never failed.
+		l.failures.Store(0)
+	}
+	return nil
 }
 
 // contactLoop pings a Pinger source whenever the listener has not heard

@@ -2,6 +2,7 @@ package receiver_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,5 +116,48 @@ func TestContactFailingOnHungClaim(t *testing.T) {
 		s := l.State()
 		return !s.ContactFailing && !s.LastContact.IsZero()
 	})
+	_ = l.Close(context.Background())
+}
+
+// outageSource fails Claims and pings while down; once up, its Claim is a
+// long poll that holds until released.
+type outageSource struct {
+	*fakeSource
+	down    atomic.Bool
+	release chan struct{}
+}
+
+func (s *outageSource) Claim(ctx context.Context, _ int) ([]*transport.Delivery, error) {
+	if s.down.Load() {
+		return nil, errors.New("connection refused")
+	}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return nil, nil
+}
+
+func (s *outageSource) Ping(context.Context) error {
+	if s.down.Load() {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+// After an outage, the receive failures stop counting (so receive_failing
+// clears) as soon as a ping succeeds after failing, not when the next Claim
+// returns: that may be a long poll answering at the end of its wait.
+func TestOutageFailuresClearWhenPingAnswers(t *testing.T) {
+	src := &outageSource{fakeSource: &fakeSource{}, release: make(chan struct{})}
+	src.down.Store(true)
+	l := newListener(t, src, receiver.Config{ContactInterval: 50 * time.Millisecond, ErrorBackoff: 10 * time.Millisecond, MaxErrorDelay: 2 * time.Second})
+	eventually(t, "5 receive failures", func() bool { return l.State().ConsecutiveFailures >= 5 })
+	src.down.Store(false)
+	eventually(t, "failures cleared while the claim still polls", func() bool {
+		s := l.State()
+		return s.ConsecutiveFailures == 0 && !s.ContactFailing
+	})
+	close(src.release)
 	_ = l.Close(context.Background())
 }

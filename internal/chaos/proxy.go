@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log"
@@ -282,6 +283,15 @@ func (p *HTTPProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if hit && fault == HTTPFreeze {
 		p.Injected.Add(1)
+		// Read the body first: the server then watches the connection and
+		// cancels r's context when the client gives up, so a request whose
+		// client left is dropped at the thaw, not forwarded (a long poll
+		// forwarded for nobody would hide what it takes).
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if !p.thaw(r) {
 			return
 		}
