@@ -124,15 +124,8 @@ func (l *Listener) contactLoop() {
 			l.logError("contact check panicked; pings stopped until the listener restarts", guard.PanicError(p), nil)
 		}
 	}()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := l.stopContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-l.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	every := l.pcfg.ContactInterval
 	tick := min(every/2, time.Second)
 	for {

@@ -320,6 +320,20 @@ func (l *Listener) current() pipe {
 	return l.recv
 }
 
+// stopContext returns a context that ends when the listener stops (or
+// cancel is called), for the calls its goroutines make.
+func (l *Listener) stopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 func (l *Listener) stopping() bool {
 	select {
 	case <-l.stopCh:

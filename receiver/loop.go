@@ -49,15 +49,8 @@ func (l *Listener) loop() {
 	if err != nil { // validated already
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := l.stopContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-l.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	errBackoff := backoff.Policy{Base: l.pcfg.ErrorBackoff, Max: l.pcfg.MaxErrorDelay}
 	var (
 		errCeiling time.Duration // the last error delay, before jitter
