@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -280,6 +281,10 @@ CREATE INDEX ` + d.QuoteIdent(errIdx) + ` ON ` + n.Errors + ` (queue_table, fail
 		// Version 3 adds the ordering key column and its two indexes
 		// (upgradeQueue again: it does only what a table lacks).
 		d.upgradeQueues(n),
+	}}, {Version: 4, Stmts: []sqlqueue.Stmt{
+		// Version 4 disables lock escalation on every queue table
+		// (noEscalation; upgradeQueue again).
+		d.upgradeQueues(n),
 	}}}
 }
 
@@ -357,10 +362,24 @@ const (
 	keyColumn = "ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL"
 )
 
+// noEscalation keeps SQL Server from escalating a statement's row locks on
+// a queue table to a table lock, which it otherwise tries at 5,000 locks
+// held by one statement (or under lock memory pressure): a Complete or
+// sweep of many rows (each row locks its clustered key and the keys of
+// the indexes it leaves or joins), or a claim over a long backlog, would
+// then hold the whole table, and READPAST skips rows, not a table lock:
+// every claim, settlement and insert of the queue would wait for it. With
+// escalation disabled the locks stay row locks, at about 100 bytes of
+// lock memory each; when lock memory itself runs out the statement fails
+// with 1204, which the engine waits out as an outage. ALTER TABLE … SET
+// cannot be part of CREATE TABLE, hence its own statement.
+const noEscalation = "SET (LOCK_ESCALATION = DISABLE)"
+
 // upgradeQueue brings the queue table @t (quoted, qualified; unquoted name
 // @name; @sql declared) to the current index set, idempotently: it adds
 // the ordering_key column (a metadata-only change: nullable, no default),
-// rebuilds a pending index that does not include it, creates the key and
+// disables lock escalation (noEscalation) where it is not yet, rebuilds a
+// pending index that does not include it, creates the key and
 // in-flight indexes, creates the expiry index,
 // rebuilds a lease index that lacks the state column, and turns OPTIMIZE_FOR_SEQUENTIAL_KEY on for every index where
 // the server has it (SQL Server 2019+, Azure SQL Database and Managed
@@ -383,6 +402,11 @@ BEGIN
 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ` + keyColumn + `';
+		EXEC sp_executesql @sql;
+	END;
+	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' ` + noEscalation + `';
 		EXEC sp_executesql @sql;
 	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -450,7 +474,8 @@ const upgradeHead = head + "SET LOCK_TIMEOUT " + ddlLockTimeout + ";\n"
 
 // CreateQueue implements sqlqueue.Dialect. The filtered index on pending
 // rows is the claim path: a claimed row leaves it, so concurrent claims
-// never scan past other instances' claimed rows. The lease index serves
+// never scan past other instances' claimed rows. A new table has lock
+// escalation disabled at once (noEscalation). The lease index serves
 // the sweeper, the expiry index DropExpired. The primary key is left
 // unnamed: constraint names share a namespace with table names in a
 // schema. The last statement (upgradeQueue) also upgrades a table an
@@ -461,6 +486,7 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	pending, leased := q.Name+"_pending", q.Name+"_leased"
 	return []sqlqueue.Stmt{
 		st(upgradeHead + `IF OBJECT_ID(` + literal(q.Table) + `, N'U') IS NULL
+BEGIN
 CREATE TABLE ` + q.Table + ` (
 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
 	uuid        nvarchar(255)  NOT NULL,
@@ -474,7 +500,9 @@ CREATE TABLE ` + q.Table + ` (
 	lease_until datetime2(3)   NULL,
 	expires_at  datetime2(3)   NULL,
 	` + keyColumn + `
-)`),
+);
+ALTER TABLE ` + q.Table + ` ` + noEscalation + `;
+END`),
 		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
 CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` ` + pendingIndex),
 		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
@@ -506,17 +534,111 @@ func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
 //
 // The price of one plan is the encoding: a body crosses the wire as base64
 // in UTF-16, 2.67 bytes per byte (a 1 KiB body is 2,736 bytes).
+//
+// # Ordering keys
+//
+// Before it inserts, each statement takes an exclusive application lock
+// per distinct ordering key of its queue (keyLocks), in key order (binary
+// order, so two inserts never wait for each other in a cycle), owned by
+// the transaction: the publishing transaction holds it until it commits
+// or rolls back, so the next insert of the key draws its ids after this
+// one's fate is known, and a key's ids are in commit order — what the
+// claim's head check relies on (see Claim), as PostgreSQL's advisory lock
+// does. The first statement of a publish locks the keys of all its rows
+// (@p2, the distinct keys as a JSON array), the others none ("[]"): a
+// publish over several statements still takes its keys in one ascending
+// pass. A statement outside a transaction (a one-statement publish)
+// opens one for the lock and the insert, and commits or rolls it back
+// itself; one with no keyed row opens none and takes no lock. A key lock
+// not granted within LockTimeout (another transaction publishing the key
+// holds it that long), or refused as a deadlock victim, raises
+// LockTimeoutError.
 func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
 	var out []sqlqueue.Stmt
+	text := insertText(q)
 	for start := 0; start < len(rows); start += MaxRowsPerInsert {
 		chunk := rows[start:min(start+MaxRowsPerInsert, len(rows))]
-		out = append(out, st(headNow+`INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at, ordering_key)
-SELECT v.uuid, v.headers, v.body, `+after("v.delay_ms")+`,
-	CASE WHEN v.ttl_ms > 0 THEN `+after("v.ttl_ms")+` END, v.ordering_key
-FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
-ORDER BY v.n;`, nv(rowsJSON(chunk))))
+		keys := "[]"
+		if start == 0 {
+			keys = keysJSON(rows)
+		}
+		out = append(out, st(text, nv(rowsJSON(chunk)), nv(keys)))
 	}
 	return out
+}
+
+// keyLockTimeout is the key locks' wait, LockTimeout in milliseconds.
+var keyLockTimeout = strconv.FormatInt(LockTimeout.Milliseconds(), 10)
+
+// keyLocks takes the application lock of each key of @keys in key order.
+// The resource is the queue table's object id and the SHA-256 of the key
+// (a key is up to 255 characters, the resource at most 255): the same
+// table whatever schema a session defaults to, and two keys that differ
+// only in case or accents two locks, as the column's binary collation
+// makes them two keys.
+func keyLocks(q sqlqueue.Queue) string {
+	return `	SET @table = CAST(OBJECT_ID(` + literal(q.Table) + `) AS nvarchar(11));
+	IF @@TRANCOUNT = 0 AND EXISTS (SELECT 1 FROM @keys)
+	BEGIN
+		BEGIN TRANSACTION;
+		SET @own = 1;
+	END;
+	WHILE 1 = 1
+	BEGIN
+		SET @next = NULL;
+		SELECT TOP (1) @next = k FROM @keys WHERE @prev IS NULL OR k > @prev ORDER BY k;
+		IF @next IS NULL BREAK;
+		SET @res = N'berth:key:' + @table + N':' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', @next), 2);
+		EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = ` + keyLockTimeout + `;
+		IF @r < 0
+		BEGIN
+			SET @m = N'berth: ordering key lock ' + @res + N' not granted within ` + keyLockTimeout + ` ms (sp_getapplock returned ' + CAST(@r AS nvarchar(11)) + N'; -1 is a timeout, -3 a deadlock victim): another transaction publishing the key holds it';
+			THROW ` + strconv.Itoa(LockTimeoutError) + `, @m, 1;
+		END;
+		SET @prev = @next;
+	END;
+`
+}
+
+// insertText is Insert's statement for q (see Insert, Ordering keys).
+func insertText(q sqlqueue.Queue) string {
+	return headNow + `DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
+DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p2) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
+BEGIN TRY
+` + keyLocks(q) + `	INSERT INTO ` + q.Table + ` (uuid, headers, body, due_at, expires_at, ordering_key)
+	SELECT v.uuid, v.headers, v.body, ` + after("v.delay_ms") + `,
+		CASE WHEN v.ttl_ms > 0 THEN ` + after("v.ttl_ms") + ` END, v.ordering_key
+	FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
+	ORDER BY v.n;
+	IF @own = 1 COMMIT TRANSACTION;
+END TRY
+BEGIN CATCH
+	IF @own = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+	THROW;
+END CATCH;`
+}
+
+// keysJSON is the distinct ordering keys of rows, ascending, as the JSON
+// array of strings Insert locks (@p2).
+func keysJSON(rows []sqlqueue.InsertRow) string {
+	var keys []string
+	for _, r := range rows {
+		if r.OrderingKey != "" {
+			keys = append(keys, r.OrderingKey)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	b := []byte{'['}
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+	}
+	return string(append(b, ']'))
 }
 
 // rowsJSON encodes rows as the JSON array Insert reads: n (1-based
@@ -563,60 +685,95 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, v...)
 }
 
-// Claim implements sqlqueue.Dialect. The CTE picks the n oldest due
-// pending rows through the filtered index; UPDLOCK takes them for this
-// statement, READPAST skips rows other claims hold instead of waiting,
-// ROWLOCK keeps the locks narrow and READCOMMITTEDLOCK makes the read a
-// locking one even where READ_COMMITTED_SNAPSHOT is on (a versioned read
-// could hand the same row to two claims). Rows come back through OUTPUT …
-// INTO a table variable, which works on tables with triggers.
+// claimHead opens the claim: READ COMMITTED as every locking batch (see
+// headLocking), and DEADLOCK_PRIORITY LOW, so that when a claim meets a
+// settlement, a sweep or an insert in a deadlock, the server rolls the
+// claim back (1205), which the engine runs again at once and which loses
+// nothing, rather than the other side, which may be a publish inside the
+// caller's own transaction. Both settings are scoped to the sp_executesql
+// call.
+const claimHead = head + "SET DEADLOCK_PRIORITY LOW;\nSET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nDECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
+
+// Claim implements sqlqueue.Dialect in two statements, so that it locks
+// only the rows it takes.
 //
-// The plan is pinned: INDEX and FORCESEEK make it a seek on the pending
-// index whatever the optimizer guesses for @now (a local variable) or
-// sniffs for TOP (@p1) at the first compile, which may happen on an empty,
-// just-created table.
+// The first picks the ids of at most n claimable rows, oldest due first,
+// into @c: a seek of the pending index that holds no lock past the row
+// it reads (READ COMMITTED, no UPDLOCK), skips rows other transactions
+// hold (READPAST: a row another claim is taking, an uncommitted insert),
+// and reads the latest committed rows even where READ_COMMITTED_SNAPSHOT
+// is on (READCOMMITTEDLOCK: a versioned read could see a row another claim
+// has already taken as pending). A row it passes over — a keyed row that
+// does not head its key — is read and released, never locked until the
+// claim ends: over a backlog of blocked keys the claim no longer gathers a
+// lock per row it rejects (5,000 of them would escalate to a table lock,
+// which READPAST cannot skip, were escalation not disabled on the table).
+//
+// The second takes them: an UPDATE of the queue table joined to @c by
+// primary key, ROWLOCK and READPAST (a row another claim holds is left to
+// it), that takes a row only if it is still pending and due — another
+// claim may have taken it, or a settlement retried it with a delay, since
+// the first statement read it. So the claim may return fewer rows than
+// it picked; never one that another claim holds.
+//
+// The plan is pinned: INDEX and FORCESEEK make the pick a seek on the
+// pending index whatever the optimizer guesses for @now (a local variable)
+// or sniffs for TOP (@p1) at the first compile, which may happen on an
+// empty, just-created table; the take seeks the primary key for each id.
 //
 // # Ordering keys
 //
-// A keyed row is claimed only when it heads its key: no row of the key
-// has a lower id (a seek of the key index), and no row of the key is
-// fetched or processing (a seek of the in-flight index). The pending
-// index seek keeps its pin; the two checks are NOT EXISTS subqueries on
-// their own table references, pinned to their own filtered indexes (their
-// predicates repeat the filters so that the indexes match), and reached
-// only for keyed rows the seek's other predicates accepted. Both are
-// locking reads without READPAST: a skipped row would read as absent and
-// let a later row of the key through.
+// A keyed row is picked only when it heads its key: no row of the key has
+// a lower id (the e probe, a seek of the key index), and no row of the key
+// is fetched or processing (the f probe, a seek of the in-flight index).
+// Both are plain locking reads: no HOLDLOCK, no range lock, no lock held
+// past the row read, and no READPAST, which would read a row that a
+// Complete is deleting as gone before its commit.
 //
-// Why two claims never hold two rows of one key under READ COMMITTED
-// (locking, not snapshot: every read sees the latest committed row and
-// waits on uncommitted ones): say claim C2 takes row b of key k, then C1
-// takes row a < b while b is fetched or processing. C2's lower-id check is
-// HOLDLOCK (serializable on that reference): it range-locks the key
-// index's (k, < b) range until C2 commits, so a was either in that range
-// when C2 read it — C2 would have seen it (or waited for its insert to
-// commit) and not taken b — or inserted after C2 committed. Then b was
-// already fetched, and C1's in-flight check (which waits on C2's
-// uncommitted update, never reads past it) sees it. Unlike PostgreSQL,
-// inserts take no per-key lock: the locking reads and the range lock
-// close the window that out-of-order commits of concurrent publishes of
-// one key open. The same row twice is what UPDLOCK and READPAST exclude.
+// Why that keeps a key's order and one row per key in flight (the
+// invariant PostgreSQL's dialect keeps with its advisory lock; see
+// Insert): Insert takes the key's application lock before it draws the
+// ids of its keyed rows and holds it until its transaction ends, so the
+// next insert of the key draws its ids only after this one committed or
+// rolled back: a key's ids are in commit order. So when a claim reads
+// row b of key k (committed: READPAST skipped it until then), every row
+// of k with a lower id has committed (or never will exist), and no row of
+// k with a lower id can appear later (identity values only grow). Rows
+// are deleted only when settled, never re-inserted, and Retry, Release
+// and Recover keep a row's id. So the e probe, reading committed rows and
+// waiting on an uncommitted delete, finds a lower row of k whenever one
+// exists; and once b heads its key it heads it until it is settled, so
+// the time between pick and take changes nothing but b's own state, which
+// the take checks again. Two rows of one key are never fetched or
+// processing at once, and a key's rows are claimed in id order, which is
+// commit order. The range lock that the earlier claim's HOLDLOCK probe
+// held on other keys' head rows until the claim ended — the deadlocks with
+// Complete, the sweep and keyed inserts — was standing in for this insert
+// lock.
+//
+// The f probe is redundant under that invariant; it stays as a defence
+// for rows inserted without the key lock (a publisher of an earlier
+// version during a rolling upgrade): a key may then be claimed out of
+// order, but still one row at a time.
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
 	d := Dialect{}
-	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
-WITH c AS (
-	SELECT TOP (@p1) p.id, p.uuid, p.headers, p.body, p.attempts, p.state, p.owner, p.lease_until
-	FROM `+q.Table+` AS p WITH (INDEX(`+d.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
-		AND (p.ordering_key IS NULL OR (
-			NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WITH (INDEX(`+d.QuoteIdent(q.Name+"_key")+`), FORCESEEK, HOLDLOCK, ROWLOCK)
-				WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
-			AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS f WITH (INDEX(`+d.QuoteIdent(q.Name+"_inflight")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
-				WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
-	ORDER BY p.due_at, p.id
-)
-UPDATE c SET state = 1, owner = @p2, lease_until = `+after("@p3")+`
-OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;
+	return st(claimHead+`DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
+INSERT INTO @c (id)
+SELECT TOP (@p1) p.id
+FROM `+q.Table+` AS p WITH (INDEX(`+d.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+	AND (p.ordering_key IS NULL OR (
+		NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WITH (INDEX(`+d.QuoteIdent(q.Name+"_key")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+		AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS f WITH (INDEX(`+d.QuoteIdent(q.Name+"_inflight")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
+ORDER BY p.due_at, p.id;
+UPDATE q SET state = 1, owner = @p2, lease_until = `+after("@p3")+`
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t
+FROM `+q.Table+` AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+INNER JOIN @c AS c ON q.id = c.id
+WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
 SELECT id, uuid, headers, body, attempts FROM @t;`,
 		int64(n), owner, ms(fetchTimeout))
 }

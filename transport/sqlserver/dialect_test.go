@@ -50,6 +50,7 @@ func TestStatementsGolden(t *testing.T) {
 		{"SetSchemaVersion", one(d.SetSchemaVersion(n, 1)), []string{goldenSetSchemaVersion}, [][]any{nil}},
 		{"Migrations", d.Migrations(n)[0].Stmts, []string{goldenSubscriptions, goldenErrors, goldenErrorsIndex}, [][]any{nil, nil, nil}},
 		{"Migration 2", d.Migrations(n)[1].Stmts, []string{goldenUpgradeQueues}, [][]any{nil}},
+		{"Migration 4", d.Migrations(n)[3].Stmts, []string{goldenUpgradeQueues}, [][]any{nil}},
 		{"CreateQueue", d.CreateQueue(q), []string{goldenQueueTable, goldenPendingIndex, goldenLeasedIndex, goldenUpgradeQueue}, [][]any{nil, nil, nil, nil}},
 		{"QueueTables", one(d.QueueTables(n)), []string{goldenQueueTables}, [][]any{nil}},
 		{"MigrateQueue", d.MigrateQueue(q), []string{goldenUpgradeQueue}, [][]any{nil}},
@@ -58,7 +59,12 @@ func TestStatementsGolden(t *testing.T) {
 		{"Insert", d.Insert(q, []sqlqueue.InsertRow{
 			{UUID: "a", Headers: []byte(`{}`), Body: []byte("x")},
 			{UUID: "b", Headers: []byte(`{"k":"v"}`), Delay: 1500 * time.Millisecond, TTL: time.Hour},
-		}), []string{goldenInsert2}, [][]any{{nv(`[{"n":1,"u":"a","h":"{}","b":"eA==","d":0,"t":0},{"n":2,"u":"b","h":"{\"k\":\"v\"}","b":"","d":1500,"t":3600000}]`)}}},
+		}), []string{goldenInsert2}, [][]any{{nv(`[{"n":1,"u":"a","h":"{}","b":"eA==","d":0,"t":0},{"n":2,"u":"b","h":"{\"k\":\"v\"}","b":"","d":1500,"t":3600000}]`), nv("[]")}}},
+		{"Insert keyed", d.Insert(q, []sqlqueue.InsertRow{
+			{UUID: "a", Headers: []byte(`{}`), OrderingKey: "k2"},
+			{UUID: "b", Headers: []byte(`{}`), OrderingKey: "k1"},
+			{UUID: "c", Headers: []byte(`{}`), OrderingKey: "k2"},
+		}), []string{goldenInsert2}, [][]any{{nv(`[{"n":1,"u":"a","h":"{}","b":"","d":0,"t":0,"k":"k2"},{"n":2,"u":"b","h":"{}","b":"","d":0,"t":0,"k":"k1"},{"n":3,"u":"c","h":"{}","b":"","d":0,"t":0,"k":"k2"}]`), nv(`["k1","k2"]`)}}},
 		{"Claim", one(d.Claim(q, 42, 10, time.Minute)), []string{goldenClaim}, [][]any{{int64(10), int64(42), int64(60000)}}},
 		{"MultiProbe", one(d.MultiProbe(probeQueues)), []string{goldenMultiProbe}, [][]any{nil}},
 
@@ -243,8 +249,8 @@ type insertedRow struct {
 
 func insertedRows(t *testing.T, st sqlqueue.Stmt) []insertedRow {
 	t.Helper()
-	if len(st.Args) != 1 {
-		t.Fatalf("insert has %d args, want one JSON document", len(st.Args))
+	if len(st.Args) != 2 {
+		t.Fatalf("insert has %d args, want the rows' JSON document and their keys'", len(st.Args))
 	}
 	doc, ok := st.Args[0].(mssql.NVarCharMax)
 	if !ok {

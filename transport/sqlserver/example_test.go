@@ -129,6 +129,11 @@ func ExampleDDL() {
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
 	// 		EXEC sp_executesql @sql;
 	// 	END;
+	// 	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	// 	BEGIN
+	// 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
+	// 		EXEC sp_executesql @sql;
+	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
 	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
 	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
@@ -202,6 +207,89 @@ func ExampleDDL() {
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
 	// 		EXEC sp_executesql @sql;
 	// 	END;
+	// 	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	// 	BEGIN
+	// 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+	// 		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
+	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_key', 'IndexID') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_key') + N' ON ' + @t + N' (ordering_key, id) WHERE ordering_key IS NOT NULL'
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_inflight', 'IndexID') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_inflight') + N' ON ' + @t + N' (ordering_key) WHERE ordering_key IS NOT NULL AND state > 0'
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF INDEXPROPERTY(OBJECT_ID(@t), @name + N'_expiry', 'IndexID') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_expiry') + N' ON ' + @t + N' (expires_at) WHERE state = 0 AND expires_at IS NOT NULL'
+	// 			+ COALESCE(N' WITH (' + @online + N')', N'');
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
+	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
+	// 		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+	// 	BEGIN
+	// 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
+	// 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
+	// 				ELSE N' WITH (DROP_EXISTING = ON' + COALESCE(N', ' + @online, N'') + N')' END;
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 15 OR CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 	BEGIN
+	// 		SET @sql = N'IF EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(@t) AND index_id > 0 AND optimize_for_sequential_key = 0)
+	// 	ALTER INDEX ALL ON ' + @t + N' SET (OPTIMIZE_FOR_SEQUENTIAL_KEY = ON)';
+	// 		EXEC sp_executesql @sql, N'@t nvarchar(300)', @t = @t;
+	// 	END;
+	// END;
+	// END;
+	// GO
+	//
+	// -- version 4
+	// SET NOCOUNT ON;
+	// SET LOCK_TIMEOUT 5000;
+	// DECLARE @name nvarchar(128), @t nvarchar(300), @sql nvarchar(max), @online nvarchar(200);
+	// DECLARE @done TABLE (name nvarchar(128) NOT NULL PRIMARY KEY);
+	// WHILE 1 = 1
+	// BEGIN
+	// 	SET @name = NULL;
+	// 	SELECT TOP (1) @name = s.queue_table FROM [app].[berth_subscriptions] AS s
+	// 	WHERE NOT EXISTS (SELECT 1 FROM @done AS d WHERE d.name = s.queue_table)
+	// 	ORDER BY s.queue_table;
+	// 	IF @name IS NULL BREAK;
+	// 	INSERT INTO @done (name) VALUES (@name);
+	// 	SET @t = N'[app].' + QUOTENAME(@name);
+	// IF OBJECT_ID(@t, N'U') IS NOT NULL
+	// BEGIN
+	// 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
+	// 			OR CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 AND CAST(SERVERPROPERTY('ProductMajorVersion') AS int) >= 16
+	// 		THEN N'ONLINE = ON (WAIT_AT_LOW_PRIORITY (MAX_DURATION = 1 MINUTES, ABORT_AFTER_WAIT = SELF))'
+	// 		WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) = 3 THEN N'ONLINE = ON' END;
+	// 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
+	// 	BEGIN
+	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	// 	BEGIN
+	// 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
+	// 		EXEC sp_executesql @sql;
+	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
 	// 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
 	// 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
@@ -251,14 +339,15 @@ func ExampleDDL() {
 	// GO
 	//
 	// SET NOCOUNT ON;
-	// IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 3)
-	// INSERT INTO [app].[berth_schema_version] (version) VALUES (3)
+	// IF NOT EXISTS (SELECT 1 FROM [app].[berth_schema_version] WHERE version = 4)
+	// INSERT INTO [app].[berth_schema_version] (version) VALUES (4)
 	// GO
 	//
 	// -- queue of topic "orders", consumer group ""
 	// SET NOCOUNT ON;
 	// SET LOCK_TIMEOUT 5000;
 	// IF OBJECT_ID(N'[app].[berth_q_orders]', N'U') IS NULL
+	// BEGIN
 	// CREATE TABLE [app].[berth_q_orders] (
 	// 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
 	// 	uuid        nvarchar(255)  NOT NULL,
@@ -272,7 +361,9 @@ func ExampleDDL() {
 	// 	lease_until datetime2(3)   NULL,
 	// 	expires_at  datetime2(3)   NULL,
 	// 	ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL
-	// )
+	// );
+	// ALTER TABLE [app].[berth_q_orders] SET (LOCK_ESCALATION = DISABLE);
+	// END
 	// GO
 	//
 	// SET NOCOUNT ON;
@@ -299,6 +390,11 @@ func ExampleDDL() {
 	// 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	// 	BEGIN
 	// 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
+	// 		EXEC sp_executesql @sql;
+	// 	END;
+	// 	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	// 	BEGIN
+	// 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
 	// 		EXEC sp_executesql @sql;
 	// 	END;
 	// 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i

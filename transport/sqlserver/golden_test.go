@@ -111,6 +111,11 @@ BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
 		EXEC sp_executesql @sql;
 	END;
+	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
+		EXEC sp_executesql @sql;
+	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
 		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
@@ -161,6 +166,7 @@ END;`
 const goldenQueueTable = `SET NOCOUNT ON;
 SET LOCK_TIMEOUT 5000;
 IF OBJECT_ID(N'[app].[berth_q_orders__billing]', N'U') IS NULL
+BEGIN
 CREATE TABLE [app].[berth_q_orders__billing] (
 	id          bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY CLUSTERED,
 	uuid        nvarchar(255)  NOT NULL,
@@ -174,7 +180,9 @@ CREATE TABLE [app].[berth_q_orders__billing] (
 	lease_until datetime2(3)   NULL,
 	expires_at  datetime2(3)   NULL,
 	ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL
-)`
+);
+ALTER TABLE [app].[berth_q_orders__billing] SET (LOCK_ESCALATION = DISABLE);
+END`
 
 const goldenPendingIndex = `SET NOCOUNT ON;
 SET LOCK_TIMEOUT 5000;
@@ -198,6 +206,11 @@ BEGIN
 	IF COL_LENGTH(@t, N'ordering_key') IS NULL
 	BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ADD ordering_key nvarchar(255) COLLATE Latin1_General_100_BIN2 NULL';
+		EXEC sp_executesql @sql;
+	END;
+	IF EXISTS (SELECT 1 FROM sys.tables WHERE object_id = OBJECT_ID(@t) AND lock_escalation <> 1)
+	BEGIN
+		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
 		EXEC sp_executesql @sql;
 	END;
 	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
@@ -256,29 +269,64 @@ SELECT queue_table FROM [app].[berth_subscriptions] WHERE topic = @p1 ORDER BY c
 
 const goldenInsert2 = `SET NOCOUNT ON;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
-INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at, ordering_key)
-SELECT v.uuid, v.headers, v.body, DATEADD(millisecond, CAST(v.delay_ms % 1000 AS int), DATEADD(second, CAST(v.delay_ms / 1000 AS int), @now)),
-	CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END, v.ordering_key
-FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
-ORDER BY v.n;`
+DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
+DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p2) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
+BEGIN TRY
+	SET @table = CAST(OBJECT_ID(N'[app].[berth_q_orders__billing]') AS nvarchar(11));
+	IF @@TRANCOUNT = 0 AND EXISTS (SELECT 1 FROM @keys)
+	BEGIN
+		BEGIN TRANSACTION;
+		SET @own = 1;
+	END;
+	WHILE 1 = 1
+	BEGIN
+		SET @next = NULL;
+		SELECT TOP (1) @next = k FROM @keys WHERE @prev IS NULL OR k > @prev ORDER BY k;
+		IF @next IS NULL BREAK;
+		SET @res = N'berth:key:' + @table + N':' + CONVERT(nvarchar(64), HASHBYTES('SHA2_256', @next), 2);
+		EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000;
+		IF @r < 0
+		BEGIN
+			SET @m = N'berth: ordering key lock ' + @res + N' not granted within 60000 ms (sp_getapplock returned ' + CAST(@r AS nvarchar(11)) + N'; -1 is a timeout, -3 a deadlock victim): another transaction publishing the key holds it';
+			THROW 51222, @m, 1;
+		END;
+		SET @prev = @next;
+	END;
+	INSERT INTO [app].[berth_q_orders__billing] (uuid, headers, body, due_at, expires_at, ordering_key)
+	SELECT v.uuid, v.headers, v.body, DATEADD(millisecond, CAST(v.delay_ms % 1000 AS int), DATEADD(second, CAST(v.delay_ms / 1000 AS int), @now)),
+		CASE WHEN v.ttl_ms > 0 THEN DATEADD(millisecond, CAST(v.ttl_ms % 1000 AS int), DATEADD(second, CAST(v.ttl_ms / 1000 AS int), @now)) END, v.ordering_key
+	FROM OPENJSON(@p1) WITH (n int '$.n', uuid nvarchar(255) '$.u', headers nvarchar(max) '$.h', body varbinary(max) '$.b', delay_ms bigint '$.d', ttl_ms bigint '$.t', ordering_key nvarchar(255) '$.k') AS v
+	ORDER BY v.n;
+	IF @own = 1 COMMIT TRANSACTION;
+END TRY
+BEGIN CATCH
+	IF @own = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
+	THROW;
+END CATCH;`
 
 const goldenClaim = `SET NOCOUNT ON;
+SET DEADLOCK_PRIORITY LOW;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY);
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
-WITH c AS (
-	SELECT TOP (@p1) p.id, p.uuid, p.headers, p.body, p.attempts, p.state, p.owner, p.lease_until
-	FROM [app].[berth_q_orders__billing] AS p WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
-		AND (p.ordering_key IS NULL OR (
-			NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS e WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, HOLDLOCK, ROWLOCK)
-				WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
-			AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
-				WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
-	ORDER BY p.due_at, p.id
-)
-UPDATE c SET state = 1, owner = @p2, lease_until = DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now))
-OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t;
+INSERT INTO @c (id)
+SELECT TOP (@p1) p.id
+FROM [app].[berth_q_orders__billing] AS p WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+	AND (p.ordering_key IS NULL OR (
+		NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS e WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+		AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
+ORDER BY p.due_at, p.id;
+UPDATE q SET state = 1, owner = @p2, lease_until = DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now))
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+INNER JOIN @c AS c ON q.id = c.id
+WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
 SELECT id, uuid, headers, body, attempts FROM @t;`
 
 // goldenMultiProbe is the idle probe of probeQueues.

@@ -20,7 +20,7 @@ import (
 const (
 	completeMark = "DELETE q\nOUTPUT deleted.id"
 	beginMark    = "UPDATE q SET state = 2"
-	claimMark    = "UPDATE c SET state = 1"
+	claimMark    = "UPDATE q SET state = 1, owner = @p2"
 	insertMark   = "INSERT INTO "
 )
 
@@ -31,7 +31,7 @@ func answerEngine(text string) [][]any {
 	case strings.Contains(text, "sp_getapplock"):
 		return [][]any{{int32(1)}}
 	case strings.Contains(text, "COALESCE(MAX(version), 0)"):
-		return [][]any{{int32(3)}}
+		return [][]any{{int32(4)}}
 	case strings.Contains(text, claimMark):
 		return [][]any{{int64(7), "u-7", []byte(`{}`), []byte("body"), int32(0)}}
 	case strings.Contains(text, beginMark):

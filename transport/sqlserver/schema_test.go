@@ -66,8 +66,9 @@ func TestLockWaitsAreBounded(t *testing.T) {
 
 // A database at schema version 2 with three subscribed queue tables is
 // upgraded one table per transaction, each under the schema lock, before
-// the version's own transaction: a table is schema-locked only while it
-// upgrades, not while the others do.
+// the version's own transaction (migrations 3 and 4, each finding nothing
+// left to do): a table is schema-locked only while it upgrades, not while
+// the others do.
 func TestUpgradeOneTransactionPerTable(t *testing.T) {
 	f, db := openFake(t)
 	tables := []string{"berth_q_a", "berth_q_b", "berth_q_c"}
@@ -100,6 +101,8 @@ func TestUpgradeOneTransactionPerTable(t *testing.T) {
 		switch {
 		case e == "BEGIN" || e == "COMMIT" || e == "ROLLBACK":
 			got = append(got, e)
+		case strings.Contains(e, "OPENJSON(@p1) WITH (n int"):
+			// The publish's insert (whose key locks name sp_getapplock).
 		case strings.Contains(e, "sp_getapplock"):
 			got = append(got, "lock")
 		case strings.Contains(e, "WHILE 1 = 1"):
@@ -121,7 +124,7 @@ func TestUpgradeOneTransactionPerTable(t *testing.T) {
 		"BEGIN", "lock", "upgrade berth_q_a", "COMMIT",
 		"BEGIN", "lock", "upgrade berth_q_b", "COMMIT",
 		"BEGIN", "lock", "upgrade berth_q_c", "COMMIT",
-		"BEGIN", "lock", "upgrade every table", "set version", "COMMIT",
+		"BEGIN", "lock", "upgrade every table", "upgrade every table", "set version", "COMMIT",
 	}
 	if strings.Join(got, ", ") != strings.Join(want, ", ") {
 		t.Errorf("statements and transactions:\n got %q\nwant %q", got, want)
