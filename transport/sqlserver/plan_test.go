@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 	"github.com/berth-go/berth/transport/sqlserver"
 )
@@ -109,6 +110,13 @@ func TestPlansSeek(t *testing.T) {
 // without one, and on Babelfish, which has no SQL Server showplan.
 func planQueue(t *testing.T, topic string) (context.Context, *sql.DB, sqlqueue.Names, sqlqueue.Queue) {
 	t.Helper()
+	return keyedQueue(t, topic, 5000, "")
+}
+
+// keyedQueue is planQueue with n rows, all of ordering key key ("" for
+// none).
+func keyedQueue(t *testing.T, topic string, n int, key string) (context.Context, *sql.DB, sqlqueue.Names, sqlqueue.Queue) {
+	t.Helper()
 	base := testenv.SQLServerURL(t)
 	db := openAdmin(t, base)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -131,9 +139,12 @@ func planQueue(t *testing.T, topic string) (context.Context, *sql.DB, sqlqueue.N
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	msgs := make([]*message.Message, 5000)
+	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = message.NewMessage(fmt.Sprint(i), []byte("x"))
+		if key != "" {
+			msgs[i].Metadata.Set(transport.MetadataOrderingKey, key)
+		}
 	}
 	if err := pub.Publish(topic, msgs...); err != nil {
 		t.Fatal(err)
@@ -214,5 +225,103 @@ func TestAccessesReadsShowplan(t *testing.T) {
 	want := []access{{"Index Seek", "q", "q_pending"}, {"Clustered Index Seek", "q", "PK__q"}, {"Table Scan", "@t", ""}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("accesses = %+v, want %+v", got, want)
+	}
+}
+
+// TestClaimLocksOnlyItsRows: on a queue of 6,000 rows of one ordering key
+// (a hot key's backlog: every row but the head is one the claim passes
+// over), a claim inside an open transaction takes the head and holds locks
+// on it alone — no key-range lock, no lock on the rows it rejected (before
+// issue 37 item 3 it held an update lock on each, past the 5,000 at which
+// SQL Server escalates), no shared or exclusive table lock — and the
+// table's lock escalation is disabled. Once the first has committed, a
+// second claim takes nothing: the key is in flight. (While the first is
+// uncommitted the second's in-flight probe may wait for it: a claim's own
+// transaction lasts one batch.) It runs
+// when BERTH_TEST_SQLSERVER_URL is set; reading sys.dm_tran_locks needs
+// VIEW SERVER STATE (VIEW DATABASE STATE on Azure SQL Database).
+func TestClaimLocksOnlyItsRows(t *testing.T) {
+	ctx, db, _, q := keyedQueue(t, "locks", 6000, "hot")
+	d := sqlserver.Dialect{}
+	var esc string
+	if err := db.QueryRowContext(ctx, `SELECT lock_escalation_desc FROM sys.tables WHERE object_id = OBJECT_ID(@p1)`, q.Table).Scan(&esc); err != nil {
+		t.Fatal(err)
+	}
+	if esc != "DISABLE" {
+		t.Errorf("lock escalation is %s, want DISABLE", esc)
+	}
+	claim := func(ctx context.Context, tx *sql.Tx) int {
+		st := d.Claim(q, 1, 64, time.Minute)
+		rows, err := tx.QueryContext(ctx, st.SQL, st.Args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		n := 0
+		for {
+			for rows.Next() {
+				n++
+			}
+			if !rows.NextResultSet() {
+				break
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if n := claim(ctx, tx); n != 1 {
+		t.Fatalf("the claim took %d rows, want the key's head", n)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT resource_type, request_mode, COUNT(*) FROM sys.dm_tran_locks
+WHERE request_session_id = @@SPID AND resource_database_id = DB_ID() AND resource_type IN (N'OBJECT', N'PAGE', N'KEY', N'RID')
+GROUP BY resource_type, request_mode`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for rows.Next() {
+		var typ, mode string
+		var n int
+		if err := rows.Scan(&typ, &mode, &n); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s %s: %d", typ, mode, n)
+		switch {
+		case strings.HasPrefix(mode, "Range"):
+			t.Errorf("the claim holds %d %s %s locks", n, typ, mode)
+		case typ == "OBJECT" && mode != "IX" && mode != "IS" && mode != "Sch-S":
+			t.Errorf("the claim holds a %s table lock", mode)
+		case typ == "KEY" || typ == "RID":
+			keys += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = rows.Close()
+	// The head's clustered key and the index keys it left and joined: a
+	// handful, not one per row passed over.
+	if keys > 16 {
+		t.Errorf("the claim holds %d key locks, want the taken row's alone", keys)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n := claim(wait, other); n != 0 {
+		t.Errorf("a second claim took %d rows of a key in flight", n)
 	}
 }
