@@ -4,6 +4,8 @@
 //	berth migrate --url URL [--print] [--queue TOPIC[:GROUP]]…
 //	berth migrate watermill-sql --from URL --url URL --topic T [--group G]… [--dry-run]
 //	berth queues  --url URL [--json]
+//	berth groups  [--url] URL [TOPIC] [--json]
+//	berth groups retire [--url] URL TOPIC GROUP [--force] [--grace D]
 //	berth dlq     list | show ID | replay | purge  --url URL [filters] [--dry-run]
 //	berth console --url URL [--addr 127.0.0.1:8080] [--read-only] [--health-url URL]…
 //	berth health  --addr http://host:port[/path]
@@ -50,6 +52,7 @@ Usage:
   berth migrate watermill-sql [flags]
                          copy watermill-sql's unconsumed messages into Berth queues
   berth queues [flags]   each queue's ready, delayed, in-flight and dead-lettered counts
+  berth groups [flags]   each consumer group's counts and last reader (retire: unregister and drop one)
   berth dlq SUBCOMMAND   list, show, replay or purge dead letters
   berth pause [flags]    pause a SQL queue fleet-wide (berth resume undoes it)
   berth console [flags]  serve a web console for queues, dead letters and the fleet
@@ -60,7 +63,7 @@ Run 'berth <command> --help' for the command's flags.
 `
 
 // commands names the commands in the order the usage lists them.
-const commands = "demo, migrate, queues, dlq, pause, resume, console, health, bench"
+const commands = "demo, migrate, queues, groups, dlq, pause, resume, console, health, bench"
 
 // run dispatches to a command and returns the process exit code. Every
 // error is printed once, on one line, prefixed with the command ("berth
@@ -83,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = migrate(ctx, args[1:], stdout, stderr)
 	case "queues":
 		err = queues(ctx, args[1:], stdout, stderr)
+	case "groups":
+		err = groupsCmd(ctx, args[1:], stdout, stderr)
 	case "dlq":
 		err = dlq(ctx, args[1:], stdout, stderr)
 	case "pause", "resume":
@@ -117,6 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func commandName(args []string) string {
 	if args[0] == "dlq" && len(args) > 1 && slices.Contains(dlqSubcommands, args[1]) {
 		return "dlq " + args[1]
+	}
+	if args[0] == "groups" && len(args) > 1 && args[1] == "retire" {
+		return "groups retire"
 	}
 	if args[0] == "migrate" && len(args) > 1 && args[1] == "watermill-sql" {
 		return "migrate watermill-sql"

@@ -259,7 +259,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "show", "1", "--limit", "3"}, "berth dlq show: unknown flag --limit; see --help"},
 		{[]string{"dlq", "list", "--limit", "-1", "--url", "sqlite://:memory:"}, "berth dlq list: --limit must be ≥ 0 (0: all), got -1; see --help"},
 		{[]string{"dlq", "list", "--url", "nosuch://x"}, `berth dlq list: unknown URL scheme: "nosuch" has no queues to inspect (want postgres://, sqlite://, sqlserver:// or sqs://); see --help`},
-		{[]string{"frobnicate"}, `berth: unknown command "frobnicate" (commands: demo, migrate, queues, dlq, pause, resume, console, health, bench)`},
+		{[]string{"frobnicate"}, `berth: unknown command "frobnicate" (commands: demo, migrate, queues, groups, dlq, pause, resume, console, health, bench)`},
 	}
 	for _, c := range cases {
 		code, out, errs := runCmd(t, c.args...)

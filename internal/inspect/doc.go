@@ -22,6 +22,12 @@
 // Filter naming a queue that does not exist makes DeadLetters, Replay and
 // Purge fail with an error wrapping transport.ErrQueueNotFound.
 //
+// Groups lists the consumer groups (the subscriptions publishers fan out
+// to) with their counts and last reader, from the fleet's listeners table
+// or, without it, from the queue's leases and dead letters; RetireGroup
+// unregisters a group, waits for the publishers' cached subscriptions to
+// expire, and drops its queue table (see docs/consumer-groups.md).
+//
 // ImportWatermillSQL copies a watermill-sql topic's unconsumed messages
 // (PostgreSQL, default or queue schema) into the Berth queue of each
 // consumer group, with the dialect's Insert statement, recording its
