@@ -46,6 +46,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/fleet", s.apiFleet)
 	mux.HandleFunc("POST /queues/{name}/{action}", s.pausePage)
 	mux.HandleFunc("POST /api/queues/{name}/{action}", s.apiPause)
+	mux.HandleFunc("GET /queues/{name}/messages", s.messagesPage)
+	mux.HandleFunc("GET /queues/{name}/messages/{id}", s.messagePage)
+	mux.HandleFunc("GET /queues/{name}/messages/{id}/body", s.messageBody)
+	mux.HandleFunc("POST /queues/{name}/messages/cancel", s.cancelPage)
+	mux.HandleFunc("GET /api/queues/{name}/messages", s.apiMessages)
+	mux.HandleFunc("GET /api/queues/{name}/messages/{id}", s.apiMessage)
+	mux.HandleFunc("POST /api/queues/{name}/messages/cancel", s.apiCancel)
+	mux.HandleFunc("GET /deadletters/{id}/body", s.deadLetterBody)
 	return s.guard(mux)
 }
 
@@ -316,16 +324,19 @@ func (s *Server) getDead(ctx context.Context, id string) (inspect.DeadLetter, er
 var errNotFound = errors.New("not found")
 
 // status is the HTTP status of an error: 400 for bad input, 404 for an
-// unknown queue or dead letter, 403 for an action on a read-only console,
-// 500 otherwise.
+// unknown queue, dead letter or message, 403 for an action on a read-only
+// console, 501 for browsing messages where the transport cannot, 500
+// otherwise.
 func status(err error) int {
 	switch {
-	case errors.Is(err, errBadInput), errors.Is(err, inspect.ErrBadCursor), errors.Is(err, inspect.ErrBadID), errors.Is(err, transport.ErrInvalidConfig):
+	case errors.Is(err, errBadInput), errors.Is(err, inspect.ErrBadCursor), errors.Is(err, inspect.ErrBadID), errors.Is(err, inspect.ErrBadMessageFilter), errors.Is(err, transport.ErrInvalidConfig):
 		return http.StatusBadRequest
-	case errors.Is(err, transport.ErrQueueNotFound), errors.Is(err, errNotFound):
+	case errors.Is(err, transport.ErrQueueNotFound), errors.Is(err, errNotFound), errors.Is(err, inspect.ErrMessageNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, errReadOnly):
 		return http.StatusForbidden
+	case errors.Is(err, errNoBrowse):
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }
@@ -686,7 +697,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name)), "Flash": pauseFlash(r.URL.Query())})
+	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name)), "Flash": pauseFlash(r.URL.Query()), "Browse": s.messages() != nil})
 }
 
 func (s *Server) historySVG(w http.ResponseWriter, r *http.Request) {
@@ -823,10 +834,21 @@ func (s *Server) actionPage(w http.ResponseWriter, r *http.Request) {
 		ids = nil
 	}
 	if r.PostForm.Get("confirm") != "yes" {
-		s.render(w, r, "confirm", "Confirm "+action, "deadletters", map[string]any{
+		data := map[string]any{
 			"Action": action, "IDs": ids, "All": all, "Filter": f, "Form": filterQuery(r.PostForm), "Delay": r.PostForm.Get("delay"),
 			"Back": "/deadletters?" + filterQuery(r.PostForm).Encode(), "Detail": r.PostForm.Get("back") == "detail",
-		})
+		}
+		// "All matching" shows how many match now, where the source can
+		// count them.
+		if dc, ok := s.cfg.Source.(deadCounter); ok && all {
+			n, err := dc.CountDead(r.Context(), f)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			data["Counted"], data["Count"] = true, n
+		}
+		s.render(w, r, "confirm", "Confirm "+action, "deadletters", data)
 		return
 	}
 	res, err := s.act(r.Context(), action, ids, all, f, delay)

@@ -16,6 +16,23 @@
     input.addEventListener("input", apply);
   });
 
+  // Copy buttons copy the text of the element data-copy names; they show
+  // only where the clipboard is available.
+  document.querySelectorAll("[data-copy]").forEach(function (btn) {
+    if (!navigator.clipboard) return;
+    btn.hidden = false;
+    btn.addEventListener("click", async function () {
+      const el = document.querySelector(btn.dataset.copy);
+      try {
+        await navigator.clipboard.writeText(el ? el.textContent : "");
+        btn.textContent = "Copied";
+      } catch (e) {
+        btn.textContent = "Copy failed";
+      }
+      setTimeout(function () { btn.textContent = "Copy"; }, 2000);
+    });
+  });
+
   // fmtAge is handlers.go's age: 42s, 17m, 5h 3m, 3d 4h.
   function fmtAge(s) {
     s = Math.max(0, Math.floor(s));
