@@ -250,3 +250,37 @@ func TestRetireLastGroupParks(t *testing.T) {
 		}
 	})
 }
+
+// A publisher whose cached subscriptions still name a group retired without
+// a wait (its table dropped at once) does not make the table again, nor
+// register it as the topic's default reader: the insert that finds the
+// table missing reads the subscriptions again and publishes to what is
+// subscribed now.
+func TestRetiredGroupStaysRetiredForACachingPublisher(t *testing.T) {
+	eachGroupSQL(t, func(t *testing.T, u string, s *inspect.SQL) {
+		ctx := context.Background()
+		for _, g := range []string{"audit", "billing"} {
+			if _, _, err := s.Migrate(ctx, sqlqueue.QueueRef{Topic: "orders", ConsumerGroup: g}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pub, err := transport.OpenPublisher(ctx, u+"subscriptions_ttl=1m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pub.Close()
+		publish(t, pub, "orders", "a", 1) // caches audit and billing
+		if _, err := s.RetireGroup(ctx, "orders", "audit", inspect.RetireOptions{Force: true, Grace: -1}); err != nil {
+			t.Fatal(err)
+		}
+		publish(t, pub, "orders", "b", 2)
+		gs, _ := groupsOf(t, s, "orders")
+		if len(gs) != 1 || gs["billing"].Ready != 3 {
+			t.Fatalf("groups after publishing past the retire: %+v", gs)
+		}
+		audit := sqlqueue.QueueFor(s.Dialect, s.Tables, "orders", "audit").Name
+		if _, err := s.Queue(ctx, audit); !errors.Is(err, transport.ErrQueueNotFound) {
+			t.Fatalf("the retired queue after publishing: %v", err)
+		}
+	})
+}

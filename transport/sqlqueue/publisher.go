@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -162,11 +163,30 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		})
 	}
 	err = insert()
-	// A queue table dropped since it was made (an operator, a restored
-	// database): made again, as a subscriber does, and the insert, which
-	// cannot have committed, runs once more.
-	if err != nil && missingTable(p.e.d, err) && p.reprovision(ctx, queues) {
-		err = insert()
+	if err != nil && missingTable(p.e.d, err) {
+		// A queue table dropped since it was made: by an operator or a
+		// restored database (made again, as a subscriber does), or with
+		// its group retired (berth groups retire), which a cached list of
+		// subscriptions does not know yet. So the subscriptions are read
+		// again, only the tables still subscribed are made again, and
+		// nothing is registered; the insert, which cannot have committed,
+		// runs once more.
+		for _, tk := range tickets {
+			p.gate.end(tk, false)
+		}
+		tickets = nil
+		p.forget(topic)
+		fresh, parked, terr := p.targets(ctx, p.e.db, nil, topic)
+		switch pd, ok := p.e.d.(ParkingDialect); {
+		case terr != nil:
+			err = errors.Join(err, terr)
+		case ok && parked:
+			return p.publishParked(ctx, pd, topic, rows)
+		case p.reprovision(ctx, fresh):
+			queues = fresh
+			stmts, tickets, quiet = p.inserts(queues, rows)
+			err = insert()
+		}
 	}
 	for _, tk := range tickets {
 		p.gate.end(tk, err == nil)
@@ -194,7 +214,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // reports whether it could; never with Tables.ManualSchema.
 func (p *Publisher) reprovision(ctx context.Context, queues []Queue) bool {
 	for _, q := range queues {
-		if !p.e.reprovision(ctx, q) {
+		if !p.e.reprovision(ctx, q, false) {
 			return false
 		}
 		guard.Do(func() {
@@ -247,6 +267,13 @@ func (p *Publisher) targets(ctx context.Context, q querier, in *sql.Tx, topic st
 		p.cache(topic, subsEntry{queues: qs, parked: parked, at: at, gen: gen})
 	}
 	return qs, parked, nil
+}
+
+// forget drops topic's cached subscriptions.
+func (p *Publisher) forget(topic string) {
+	p.subsMu.Lock()
+	delete(p.subs, topic)
+	p.subsMu.Unlock()
 }
 
 // cache records c as topic's subscriptions, when the publisher caches them.

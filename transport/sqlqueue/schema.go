@@ -343,8 +343,10 @@ func (e *engine) ensureQueueIn(ctx context.Context, in *sql.Tx, q Queue, subscri
 
 // reprovision re-creates a queue table found missing at run time (dropped
 // by an operator, a restored database), unless the schema is managed by
-// hand. It reports whether the queue exists again.
-func (e *engine) reprovision(ctx context.Context, q Queue) bool {
+// hand, and records q's subscription when subscribe (a subscriber's own
+// queue; a publisher records none). It reports whether the queue exists
+// again.
+func (e *engine) reprovision(ctx context.Context, q Queue, subscribe bool) bool {
 	if e.tables.ManualSchema {
 		return false
 	}
@@ -353,7 +355,7 @@ func (e *engine) reprovision(ctx context.Context, q Queue) bool {
 	delete(e.queues, "s:"+q.Name)
 	e.sharedOK = false // the shared tables may be gone too
 	e.mu.Unlock()
-	return e.ensureQueue(ctx, q, true) == nil
+	return e.ensureQueue(ctx, q, subscribe) == nil
 }
 
 func (e *engine) wrapQueueErr(q Queue, err error) error {

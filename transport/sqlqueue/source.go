@@ -342,7 +342,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	if err != nil {
 		// Rows claimed before the failure are left to the sweeper.
 		err = s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
-		if errors.Is(err, transport.ErrQueueNotFound) && s.e.reprovision(ctx, s.q) {
+		if errors.Is(err, transport.ErrQueueNotFound) && s.e.reprovision(ctx, s.q, true) {
 			// Reported once (health shows the queue went missing); the
 			// next claim finds the re-created table.
 			err = fmt.Errorf("%w; re-created it", err)
