@@ -56,8 +56,8 @@ type Config struct {
 	// broker_unreachable (unhealthy, not ready), whatever the failure: a
 	// refused or reset connection, a blackhole, a frozen broker. A single
 	// slow statement does not count while anything else the listener sends
-	// is answered (it pings every receiver.Config.ContactInterval, 5s, when
-	// nothing else reached the broker). Keep it at least twice
+	// is answered (it pings every receiver.Config.ContactInterval, 8s, when
+	// nothing else reached the broker). Keep it at least 2s above
 	// ContactInterval. Negative disables the check. Defaults to
 	// DefaultUnreachable (10s).
 	Unreachable time.Duration

@@ -23,8 +23,11 @@ const (
 	// DefaultContactInterval is how long a listener goes without hearing
 	// from its broker before it pings it. With health's default
 	// Unreachable (10s), a broker that stops answering is reported within
-	// 10s (docs/operations.md, "How fast health sees an outage").
-	DefaultContactInterval = 5 * time.Second
+	// 10s (docs/operations.md, "How fast health sees an outage"): the
+	// ping goes out by 9s, counts as unanswered a second later. Below the
+	// SQL idle probe's 10s, so an idle pool pings between two probes, once
+	// per probe, and the two never race.
+	DefaultContactInterval = 8 * time.Second
 )
 
 // Config configures the receive pipeline of every transport's subscriber:
@@ -140,10 +143,12 @@ type Config struct {
 	// round trip) pings a transport.Pinger source, each ping bounded by
 	// ContactInterval too. It is what lets health report a blackholed or
 	// frozen broker within health.Config.Unreachable whatever the load;
-	// keep it at most half of that. An idle SQL pool pays one ping per
-	// ContactInterval at most, shared by its queues (PostgreSQL: an empty
-	// statement). Negative disables the pings. Defaults to
-	// DefaultContactInterval (5s). URL: contact_interval.
+	// keep it at least 2s below that (a ping counts as unanswered a second
+	// after it went out, and the check runs once a second). An idle SQL
+	// pool pays one ping per idle probe (IdleProbeMax, 10s) at most,
+	// shared by its queues (PostgreSQL: an empty statement). Negative
+	// disables the pings. Defaults to DefaultContactInterval (8s). URL:
+	// contact_interval.
 	ContactInterval time.Duration
 
 	// Clock drives the waits of the receive loop, the watchdog and lease
