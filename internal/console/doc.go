@@ -26,7 +26,11 @@
 // once per HealthCacheTTL; an endpoint that gives no report is a row marked
 // unreachable. The queue page and list pause and resume a queue
 // fleet-wide (POST /queues/{name}/{pause,resume} with confirmation; POST
-// /api/queues/{name}/{pause,resume}). Bad input is 400 (a NUL byte or
+// /api/queues/{name}/{pause,resume}). With a GroupSource (inspect.SQL),
+// /groups lists every topic's consumer groups (counts, oldest age, last
+// reader; GET /api/groups[?topic=]) and retires one (POST /groups/retire
+// with confirmation; POST /api/groups/retire), refused with 409 while its
+// queue holds messages or a live listener reads it, unless forced. Bad input is 400 (a NUL byte or
 // invalid UTF-8 in a field, an id the Source cannot have issued, anything
 // after a JSON body), an unknown queue or dead letter 404, an action on a
 // read-only console 403; every message is one line of text. A failure of

@@ -54,6 +54,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/queues/{name}/messages/{id}", s.apiMessage)
 	mux.HandleFunc("POST /api/queues/{name}/messages/cancel", s.apiCancel)
 	mux.HandleFunc("GET /deadletters/{id}/body", s.deadLetterBody)
+	mux.HandleFunc("GET /groups", s.groupsPage)
+	mux.HandleFunc("GET /api/groups", s.apiGroups)
+	mux.HandleFunc("POST /groups/retire", s.retirePage)
+	mux.HandleFunc("POST /api/groups/retire", s.apiRetire)
 	return s.guard(mux)
 }
 
@@ -325,8 +329,8 @@ var errNotFound = errors.New("not found")
 
 // status is the HTTP status of an error: 400 for bad input, 404 for an
 // unknown queue, dead letter or message, 403 for an action on a read-only
-// console, 501 for browsing messages where the transport cannot, 500
-// otherwise.
+// console, 409 for a retire refused without force, 501 for browsing
+// messages or listing groups where the transport cannot, 500 otherwise.
 func status(err error) int {
 	switch {
 	case errors.Is(err, errBadInput), errors.Is(err, inspect.ErrBadCursor), errors.Is(err, inspect.ErrBadID), errors.Is(err, inspect.ErrBadMessageFilter), errors.Is(err, transport.ErrInvalidConfig):
@@ -335,7 +339,9 @@ func status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, errReadOnly):
 		return http.StatusForbidden
-	case errors.Is(err, errNoBrowse):
+	case errors.Is(err, errRefused):
+		return http.StatusConflict
+	case errors.Is(err, errNoBrowse), errors.Is(err, errNoGroups):
 		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
@@ -596,8 +602,11 @@ type page struct {
 	// FleetPage is true when the Fleet page exists: fleet tables or
 	// health URLs.
 	FleetPage bool
-	Refresh   int64 // milliseconds
-	Data      any
+	// Groups is true when the source lists consumer groups: the Groups
+	// page exists.
+	Groups  bool
+	Refresh int64 // milliseconds
+	Data    any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
@@ -611,7 +620,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title, nav
 // error when the template fails.
 func (s *Server) renderCode(w http.ResponseWriter, code int, name, title, nav string, data any) error {
 	var b bytes.Buffer
-	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, FleetPage: s.hasFleetPage(), Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
+	p := page{Title: title, Nav: nav, Kind: s.cfg.Kind, ReadOnly: s.cfg.ReadOnly, Fleet: s.fleet() != nil, FleetPage: s.hasFleetPage(), Groups: s.groups() != nil, Refresh: s.cfg.Refresh.Milliseconds(), Data: data}
 	if err := s.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
 		return fmt.Errorf("console: page %s: %w", name, err)
 	}

@@ -153,6 +153,12 @@ func checkCannotSee(t *testing.T, base, queue string, log *logBuffer, secrets ..
 		{"GET", "/deadletters/1", ""},
 		{"GET", "/queues", ""},
 		{"POST", "/deadletters/replay", "all=1&confirm=yes"},
+		{"GET", "/api/groups", ""},
+		{"GET", "/api/groups?topic=orders", ""},
+		{"GET", "/groups", ""},
+		{"POST", "/api/groups/retire", `{"topic":"orders","group":"audit"}`},
+		{"POST", "/groups/retire", "topic=orders&group=audit"},
+		{"POST", "/groups/retire", "topic=orders&group=audit&confirm=yes&force=1"},
 	} {
 		code, body := do(t, tc.method, base+tc.path, tc.body, "Content-Type", "application/x-www-form-urlencoded")
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, "503 service unavailable: cannot reach the database") {
@@ -163,7 +169,7 @@ func checkCannotSee(t *testing.T, base, queue string, log *logBuffer, secrets ..
 				t.Errorf("%s %s: the answer contains %q: %s", tc.method, tc.path, s, body)
 			}
 		}
-		if strings.HasPrefix(tc.path, "/deadletters") && tc.method == "GET" && !strings.Contains(body, `role="alert" id="error"`) {
+		if (strings.HasPrefix(tc.path, "/deadletters") || strings.HasPrefix(tc.path, "/groups")) && tc.method == "GET" && !strings.Contains(body, `role="alert" id="error"`) {
 			t.Errorf("%s %s: no error alert in the page: %s", tc.method, tc.path, body)
 		}
 	}
