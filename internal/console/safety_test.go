@@ -54,6 +54,10 @@ func TestHostCheckedWithoutCredentials(t *testing.T) {
 			{"POST", "/api/queues/" + c.queue + "/pause", `{"by":"rebinding"}`},
 			{"POST", "/queues/" + c.queue + "/pause", "confirm=yes"},
 			{"POST", "/api/deadletters/delete", `{"all":true}`},
+			{"GET", "/groups", ""},
+			{"GET", "/api/groups", ""},
+			{"POST", "/api/groups/retire", `{"topic":"emails","group":"","force":true}`},
+			{"POST", "/groups/retire", "topic=orders&group=audit&confirm=yes&force=1"},
 		} {
 			code, body := doHost(t, tc.method, c.http.URL+tc.path, host, tc.body,
 				"Content-Type", "application/x-www-form-urlencoded", "Origin", "http://"+host)
