@@ -87,7 +87,10 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var err error
-	wasFailing := l.contactFail.Load() > l.lastContact().UnixNano()
+	// An outage: a ping failed since the broker's last answer (a Claim
+	// failing while pings succeed is the broker refusing claims, not
+	// being away).
+	outage := l.pingFail.Load() > l.lastContact().UnixNano()
 	l.pingSince.CompareAndSwap(0, time.Now().UnixNano())
 	if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
 		err = guard.PanicError(pv)
@@ -97,17 +100,19 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	if err != nil {
-		l.contactFail.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		l.contactFail.Store(now)
+		l.pingFail.Store(now)
 		return err
 	}
 	l.contactAt.Store(time.Now().UnixNano())
-	if wasFailing {
+	if outage {
 		// The broker answers again after failing: the receive failures
 		// were the outage's, and health stops counting them
 		// (receive_failing) now rather than after the next Claim, which
 		// may be a long poll answering only at the end of its wait. A
 		// broker that answers pings but fails claims (a permission) never
-		// gets here, its pings never failed.
+		// gets here: its pings never failed.
 		l.failures.Store(0)
 	}
 	return nil
@@ -115,7 +120,8 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 
 // contactLoop pings a Pinger source whenever the listener has not heard
 // from the broker for ContactInterval and no Claim is still within its
-// wait, while the listener is fetching (not paused). It checks once a
+// wait, and every tick while a call failed since the broker's last
+// answer, while the listener is fetching (not paused). It checks once a
 // second at most, on the configured clock.
 func (l *Listener) contactLoop() {
 	defer l.goroutines.Done()
@@ -136,11 +142,15 @@ func (l *Listener) contactLoop() {
 		}
 		now := time.Now()
 		last := l.lastContact()
-		if !last.IsZero() && now.Sub(last) < every {
+		// While calls fail, ping every tick: the heal is seen within a
+		// second whatever the loop is doing (a Claim retrying inside the
+		// client, a long poll), and costs a ping a second only during an
+		// outage.
+		failing := l.contactFail.Load() > last.UnixNano()
+		if !failing && !last.IsZero() && now.Sub(last) < every {
 			continue
 		}
-		if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) < l.contact.wait+claimLate &&
-			l.contactFail.Load() <= last.UnixNano() {
+		if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) < l.contact.wait+claimLate && !failing {
 			// A long poll or a claim under way will tell; unless a call
 			// failed since the last answer: then the broker may be back
 			// while the poll is still held somewhere, and only a ping

@@ -161,3 +161,29 @@ func TestOutageFailuresClearWhenPingAnswers(t *testing.T) {
 	close(src.release)
 	_ = l.Close(context.Background())
 }
+
+// refusingSource's broker answers pings but refuses every Claim (a
+// permission taken away): the failures keep counting, so health reports
+// receive_failing, however often the listener pings.
+type refusingSource struct {
+	*fakeSource
+	pings atomic.Int64
+}
+
+func (s *refusingSource) Claim(context.Context, int) ([]*transport.Delivery, error) {
+	return nil, errors.New("permission denied")
+}
+
+func (s *refusingSource) Ping(context.Context) error {
+	s.pings.Add(1)
+	return nil
+}
+
+func TestClaimsRefusedWhilePingsAnswerKeepFailing(t *testing.T) {
+	src := &refusingSource{fakeSource: &fakeSource{}}
+	l := newListener(t, src, receiver.Config{ContactInterval: 50 * time.Millisecond, ErrorBackoff: time.Millisecond, MaxErrorDelay: 20 * time.Millisecond})
+	eventually(t, "10 failures with pings between them", func() bool {
+		return l.State().ConsecutiveFailures >= 10 && src.pings.Load() >= 3
+	})
+	_ = l.Close(context.Background())
+}

@@ -84,6 +84,7 @@ type Listener struct {
 	contact     contactState
 	contactAt   atomic.Int64 // when the broker last answered (contact.go)
 	contactFail atomic.Int64 // when a call last failed
+	pingFail    atomic.Int64 // when a ping last failed
 	claimSince  atomic.Int64 // when the Claim under way began; 0: none
 	pingSince   atomic.Int64 // when the ping under way began; 0: none
 	loopFault   atomic.Pointer[transport.Fault]
