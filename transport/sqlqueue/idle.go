@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,7 +246,9 @@ func (p *prober) cleanSince(table string, t time.Time) bool {
 	return pq != nil && !pq.clean.IsZero() && !pq.clean.Before(t)
 }
 
-// parkedQueues returns the queues with at least one parked source.
+// parkedQueues returns the queues with at least one parked source, in
+// name order: the same set gives the same probe statements (and chunks),
+// whose plans the database then reuses.
 func (p *prober) parkedQueues() []Queue {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,6 +261,7 @@ func (p *prober) parkedQueues() []Queue {
 			}
 		}
 	}
+	slices.SortFunc(qs, func(a, b Queue) int { return strings.Compare(a.Name, b.Name) })
 	return qs
 }
 

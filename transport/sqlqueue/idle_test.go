@@ -3,6 +3,7 @@ package sqlqueue
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,28 @@ func TestIdleProbeMaxConfig(t *testing.T) {
 	}
 	if err := (SubscriberConfig{IdleProbeMax: -1}).Validate(); strings.Contains(fmt.Sprint(err), "IdleProbeMax") {
 		t.Errorf("negative (disabled) refused: %v", err)
+	}
+}
+
+// The prober hands its parked queues to MultiProbe in name order, whatever
+// its map's order: the same set gives the same statements (and chunks).
+func TestParkedQueuesInNameOrder(t *testing.T) {
+	p := &prober{queues: map[string]*probeQueue{}}
+	var want []string
+	for i := range 30 {
+		name := fmt.Sprintf("berth_q_t%02d", i)
+		want = append(want, name)
+		s := &Source{}
+		s.parked.Store(true)
+		p.queues[name] = &probeQueue{q: Queue{Name: name}, srcs: map[*Source]struct{}{s: {}}}
+	}
+	for range 5 {
+		var got []string
+		for _, q := range p.parkedQueues() {
+			got = append(got, q.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("parked queues %v, want %v", got, want)
+		}
 	}
 }

@@ -179,7 +179,7 @@ func IsLockTimeout(err error) bool {
 // takes it in mode, waiting at most LockTimeout, and raises
 // LockTimeoutError when it is not granted.
 const lockHead = head + `DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+IF DATALENGTH(@k) / 2 > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
 DECLARE @res nvarchar(255) = @k;
 `
 
@@ -787,6 +787,9 @@ SELECT id, uuid, headers, body, attempts FROM @t;`,
 // Queue names are engine-made identifiers ([a-z0-9_]), written as N”
 // literals; the statement takes no argument.
 func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
+	// In name order: the same parked queues give the same text, so the
+	// statement's plan is reused instead of compiled again per order.
+	qs = slices.SortedFunc(slices.Values(qs), func(a, b sqlqueue.Queue) int { return strings.Compare(a.Name, b.Name) })
 	var b strings.Builder
 	b.WriteString(headLocking)
 	for i, q := range qs {

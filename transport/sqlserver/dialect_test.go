@@ -8,6 +8,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -414,7 +415,7 @@ func TestRecoverAttemptsCap(t *testing.T) {
 // hashed to sp_getapplock's 255 characters there.
 func TestLockKeyNamesTheSchema(t *testing.T) {
 	st := Dialect{}.Lock(".berth_sweep:q", false)
-	for _, want := range []string{"N'berth:' + SCHEMA_NAME() + N':' + @p1", "IF LEN(@k) > 255", "@Resource = @res", "@res nvarchar(255)"} {
+	for _, want := range []string{"N'berth:' + SCHEMA_NAME() + N':' + @p1", "IF DATALENGTH(@k) / 2 > 255", "@Resource = @res", "@res nvarchar(255)"} {
 		if !strings.Contains(st.SQL, want) {
 			t.Errorf("lock statement lacks %q:\n%s", want, st.SQL)
 		}
@@ -481,5 +482,29 @@ func TestIsMissingTable(t *testing.T) {
 func TestMessagingSystem(t *testing.T) {
 	if got := sqlqueue.MessagingSystem(Dialect{}); got != MessagingSystem {
 		t.Errorf("sqlqueue.MessagingSystem(Dialect{}) = %q, want %q", got, MessagingSystem)
+	}
+}
+
+// The idle probe's text depends on the set of parked queues, not on the
+// order they come in (the prober's come from a map): one text, one plan.
+func TestMultiProbeTextIsStable(t *testing.T) {
+	var qs []sqlqueue.Queue
+	for i := range 12 {
+		qs = append(qs, sqlqueue.QueueFor(Dialect{}, testTables, fmt.Sprintf("topic%02d", i), ""))
+	}
+	want := Dialect{}.MultiProbe(qs).SQL
+	rev := slices.Clone(qs)
+	slices.Reverse(rev)
+	if got := (Dialect{}).MultiProbe(rev).SQL; got != want {
+		t.Fatal("the probe's text changes with the order of its queues")
+	}
+	rot := append(slices.Clone(qs[5:]), qs[:5]...)
+	if got := (Dialect{}).MultiProbe(rot).SQL; got != want {
+		t.Fatal("the probe's text changes with the order of its queues")
+	}
+	for _, q := range qs {
+		if !strings.Contains(want, "N'"+q.Name+"'") {
+			t.Fatalf("%s is missing from the probe", q.Name)
+		}
 	}
 }

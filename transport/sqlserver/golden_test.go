@@ -11,7 +11,7 @@ package sqlserver
 // elsewhere must not hold a Publish or Subscribe with no deadline.
 const goldenLock = `SET NOCOUNT ON;
 DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+IF DATALENGTH(@k) / 2 > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
 DECLARE @res nvarchar(255) = @k;
 EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000;
 IF @r < 0
@@ -23,7 +23,7 @@ SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
 
 const goldenSharedLock = `SET NOCOUNT ON;
 DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+IF DATALENGTH(@k) / 2 > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
 DECLARE @res nvarchar(255) = @k;
 EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Shared', @LockOwner = 'Transaction', @LockTimeout = 60000;
 IF @r < 0
@@ -35,7 +35,7 @@ SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
 
 const goldenTryLock = `SET NOCOUNT ON;
 DECLARE @r int, @k nvarchar(max) = N'berth:' + SCHEMA_NAME() + N':' + @p1;
-IF LEN(@k) > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
+IF DATALENGTH(@k) / 2 > 255 SET @k = LEFT(@k, 222) + N':' + CONVERT(nvarchar(32), CAST(HASHBYTES('SHA2_256', @k) AS binary(16)), 2);
 DECLARE @res nvarchar(255) = @k;
 EXEC @r = sp_getapplock @Resource = @res, @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 0;
 SELECT CASE WHEN @r >= 0 THEN 1 ELSE 0 END;`
@@ -333,15 +333,15 @@ SELECT id, uuid, headers, body, attempts FROM @t;`
 const goldenMultiProbe = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
-SELECT N'berth_q_orders__billing' AS queue_table,
-	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
-	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
-	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty
-UNION ALL
 SELECT N'berth_q_orders' AS queue_table,
 	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders] WITH (INDEX([berth_q_orders_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
 	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM [app].[berth_q_orders] WITH (INDEX([berth_q_orders_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
-	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty;`
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty
+UNION ALL
+SELECT N'berth_q_orders__billing' AS queue_table,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at <= @now AND (expires_at IS NULL OR expires_at > @now)) THEN 1 ELSE 0 END AS ready,
+	(SELECT TOP (1) DATEDIFF_BIG(millisecond, @now, due_at) FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0 AND due_at > @now ORDER BY due_at) AS next_ms,
+	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty;`
 
 const goldenBegin = `SET NOCOUNT ON;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
