@@ -21,8 +21,9 @@ import (
 // run before it counts as unanswered.
 const claimLate = time.Second
 
-// contactState is the listener's record of its broker's answers, in Unix
-// nanoseconds (0: never).
+// contactState is what the listener learns of its source's contact at
+// construction; the record itself (contactAt, contactFail, pingFail,
+// claimSince, pingSince) is in Unix nanoseconds, 0 meaning never or none.
 type contactState struct {
 	reporter transport.ContactReporter // nil: successful Claims are contact
 	pinger   transport.Pinger          // nil: no pings
@@ -33,39 +34,38 @@ type contactState struct {
 func (l *Listener) noteClaimStart(at time.Time) { l.claimSince.Store(at.UnixNano()) }
 
 // noteClaimEnd records a Claim's outcome: a success is contact (unless the
-// source reports its own), an error a failed call.
+// source reports its own), an error a failed call (unless the listener's
+// own stop cut it short).
 func (l *Listener) noteClaimEnd(err error) {
 	l.claimSince.Store(0)
 	now := time.Now().UnixNano()
 	switch {
-	case err != nil:
+	case err != nil && !l.stopping():
 		l.contactFail.Store(now)
-	case l.contact.reporter == nil:
+	case err == nil && l.contact.reporter == nil:
 		l.contactAt.Store(now)
 	}
 }
 
-// lastContact is when the broker last answered (zero: never).
-func (l *Listener) lastContact() time.Time {
+// lastContactNS is when the broker last answered, in Unix nanoseconds (0:
+// never).
+func (l *Listener) lastContactNS() int64 {
 	ns := l.contactAt.Load()
 	if r := l.contact.reporter; r != nil {
 		var t time.Time
 		guard.Do(func() { t = r.LastContact() })
-		if t.UnixNano() > ns && !t.IsZero() {
-			ns = t.UnixNano()
+		if !t.IsZero() {
+			ns = max(ns, t.UnixNano())
 		}
 	}
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
+	return ns
 }
 
-// contactFailing reports whether a call made after last failed, or a
-// Claim has been outstanding past its wait and claimLate, or a ping past
-// claimLate.
-func (l *Listener) contactFailing(last, now time.Time) bool {
-	if f := l.contactFail.Load(); f != 0 && f > last.UnixNano() {
+// contactFailing reports whether a call made after last (lastContactNS)
+// failed, or a Claim has been outstanding past its wait and claimLate, or
+// a ping past claimLate.
+func (l *Listener) contactFailing(last int64, now time.Time) bool {
+	if l.contactFail.Load() > last {
 		return true
 	}
 	if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) > l.contact.wait+claimLate {
@@ -90,7 +90,7 @@ func (l *Listener) ping(ctx context.Context, d time.Duration) error {
 	// An outage: a ping failed since the broker's last answer (a Claim
 	// failing while pings succeed is the broker refusing claims, not
 	// being away).
-	outage := l.pingFail.Load() > l.lastContact().UnixNano()
+	outage := l.pingFail.Load() > l.lastContactNS()
 	l.pingSince.CompareAndSwap(0, time.Now().UnixNano())
 	if pv := guard.Call(func() { err = p.Ping(pctx) }); pv != nil {
 		err = guard.PanicError(pv)
@@ -141,13 +141,13 @@ func (l *Listener) contactLoop() {
 			return
 		}
 		now := time.Now()
-		last := l.lastContact()
+		last := l.lastContactNS()
 		// While calls fail, ping every tick: the heal is seen within a
 		// second whatever the loop is doing (a Claim retrying inside the
 		// client, a long poll), and costs a ping a second only during an
 		// outage.
-		failing := l.contactFail.Load() > last.UnixNano()
-		if !failing && !last.IsZero() && now.Sub(last) < every {
+		failing := l.contactFail.Load() > last
+		if !failing && last != 0 && now.Sub(time.Unix(0, last)) < every {
 			continue
 		}
 		if c := l.claimSince.Load(); c != 0 && now.Sub(time.Unix(0, c)) < l.contact.wait+claimLate && !failing {

@@ -344,9 +344,7 @@ func (l *Listener) claim(ctx context.Context, max, direct int) ([]*transport.Del
 		l.recordLoopFault("receive", p)
 		return nil, p
 	}
-	if err == nil || !l.stopping() {
-		l.noteClaimEnd(err)
-	}
+	l.noteClaimEnd(err)
 	if err == nil || !l.stopping() {
 		l.observe(func(o transport.Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
 	}

@@ -51,8 +51,11 @@ func (l *Listener) State() transport.ListenerState {
 	if ns := l.lastReceive.Load(); ns != 0 {
 		s.LastReceive = time.Unix(0, ns)
 	}
-	s.LastContact = l.lastContact()
-	s.ContactFailing = l.contactFailing(s.LastContact, time.Now())
+	last := l.lastContactNS()
+	if last != 0 {
+		s.LastContact = time.Unix(0, last)
+	}
+	s.ContactFailing = l.contactFailing(last, time.Now())
 	s.Loop = transport.LoopState(l.loopState.Load())
 	f := l.loopFault.Load()
 	if f == nil && r != nil {
