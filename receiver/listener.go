@@ -52,6 +52,7 @@ type Listener struct {
 	claimSize int
 	direct    transport.DirectClaimer // nil: the source has no direct claims
 	wakeCh    <-chan struct{}
+	kickCh    <-chan struct{} // transport.Kicker: claim again at once, no hold-off
 	hinter    transport.WakeHinter
 	loopKick  chan struct{}
 	checkKick chan struct{}
@@ -150,6 +151,9 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	}
 	if w, ok := cfg.Source.(transport.Waker); ok {
 		l.wakeCh = w.Wake()
+	}
+	if k, ok := cfg.Source.(transport.Kicker); ok {
+		l.kickCh = k.Kick()
 	}
 	if h, ok := cfg.Source.(transport.WakeHinter); ok {
 		l.hinter = h

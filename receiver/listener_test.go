@@ -583,3 +583,33 @@ func TestListenerObserverPanicIgnored(t *testing.T) {
 		t.Errorf("Destination().Name = %q, want the listener name t", d.Name)
 	}
 }
+
+// kickSource is a fakeSource that is a transport.Kicker.
+type kickSource struct {
+	*fakeSource
+	wake, kick chan struct{}
+}
+
+func (s kickSource) Wake() <-chan struct{} { return s.wake }
+func (s kickSource) Kick() <-chan struct{} { return s.kick }
+
+// frozenClock never advances: a wait on it ends only on a channel.
+type frozenClock struct{ now time.Time }
+
+func (c frozenClock) Now() time.Time                     { return c.now }
+func (frozenClock) After(time.Duration) <-chan time.Time { return nil }
+
+// A kick ends the empty delay at once, with no hold-off: on a clock that
+// never advances, the loop sitting in an empty delay claims again only
+// because of the kick (a wake-up would wait for its jittered hold-off on
+// that clock).
+func TestListenerClaimsAtOnceOnKick(t *testing.T) {
+	src := kickSource{fakeSource: &fakeSource{}, wake: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+	newListener(t, src, receiver.Config{EmptyDelay: time.Hour, Clock: frozenClock{time.Unix(1e9, 0)}})
+	eventually(t, "the first, empty claim", func() bool { return len(src.claimLog()) >= 1 })
+	src.mu.Lock()
+	src.available = 1
+	src.mu.Unlock()
+	src.kick <- struct{}{}
+	eventually(t, "a claim after the kick", func() bool { return len(src.claimLog()) >= 2 })
+}

@@ -196,7 +196,8 @@ func (l *Listener) wait(d time.Duration) bool {
 
 // waitEmpty waits out the empty delay after an empty wave. It returns early
 // on a wake-up from the source (after holdoff, jittered) and reports whether
-// it was woken; counting changes (acks) do not end it. It also returns,
+// it was woken, and at once, not woken, on a kick (transport.Kicker);
+// counting changes (acks) do not end it. It also returns,
 // not woken, when a retry this listener issued falls due (retryDues, plus
 // retryDueSlack), so that a retry shorter than the empty delay is not
 // handled a whole empty delay late; the retries due before the empty wave's
@@ -229,6 +230,10 @@ func (l *Listener) waitEmpty(d, holdoff time.Duration, claimAt time.Time) (ok, w
 			// time too long.)
 			continue
 		case <-l.wakeCh:
+		case <-l.kickCh:
+			// Rows only this source can take (transport.Kicker): no herd
+			// to hold off, and no wake-up whose losses to count.
+			return true, false
 		case <-l.stopCh:
 			return false, false
 		}

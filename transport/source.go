@@ -246,3 +246,16 @@ const (
 	// MetadataMessageID holds the broker's id for the delivery.
 	MetadataMessageID = "berth_message_id"
 )
+
+// A Kicker is a Waker whose source can also ask its own listener to claim
+// again at once: the rows it announces only that source can take (the
+// next message of an ordering key it just settled, which it claims by
+// key), so no other instance competes for them and the receive loop
+// answers without the jittered hold-off it uses against a herd of
+// instances woken by one notification.
+type Kicker interface {
+	Waker
+	// Kick returns a channel that receives a value when the source has
+	// rows for its next claim. It is read by one listener only.
+	Kick() <-chan struct{}
+}

@@ -315,6 +315,53 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease))
 }
 
+// ClaimKeys implements sqlqueue.KeyClaimer: ClaimComplete whose row
+// choice is the heads of the given keys ($8) only, so handing a settled
+// key's next row to the source that settled it reads one row per key (a
+// seek of the key index), not the pending backlog that Claim walks past
+// when a few hot keys block most of it.
+//
+// A key's head is its lowest id other than the rows this statement
+// deletes (done: acks riding on it, fenced as Complete's), since those
+// are still visible in the statement's one snapshot; it is claimed when
+// pending, due and not expired, and not locked by another claim. That is
+// Claim's head check, made from the other side, and exact for the same
+// reasons (see Claim): a lower row of the key that the snapshot misses
+// would have committed after a higher one, which Insert's key lock rules
+// out; a done row that was not deleted (its lease was lost) is not left
+// out, and stays its key's head.
+func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
+	ids, owners := refArrays(done)
+	return st(`WITH done AS (
+	DELETE FROM `+q.Table+` AS x
+	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
+	WHERE x.id = r.id AND x.owner = r.owner AND x.state + 0 = 2
+	RETURNING x.id
+), `+directChoiceOf(keyHeads(q.Table))+`, u AS (
+`+directUpdate(q.Table)+`)
+SELECT id, uuid, headers, body, attempts, state FROM u
+UNION ALL
+SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FROM done`,
+		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners, keys)
+}
+
+// keyHeads is ClaimKeys' row choice ($3 rows at most): the heads of the
+// keys in $8, leaving out the rows done deletes, when claimable.
+func keyHeads(table string) string {
+	return `
+	SELECT p.id FROM ` + table + ` AS p
+	WHERE p.id = ANY(ARRAY(
+		SELECT (SELECT e.id FROM ` + table + ` AS e
+		        WHERE e.ordering_key = k.k AND e.id <> ALL(ARRAY(SELECT id FROM done))
+		        ORDER BY e.id LIMIT 1)
+		FROM unnest($8::text[]) AS k(k)))
+	  AND p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	ORDER BY p.due_at, p.id
+	LIMIT $3
+	FOR UPDATE OF p SKIP LOCKED
+`
+}
+
 // claimable is the claims' row choice ($3 rows at most): due rows, oldest
 // first, a keyed row only as its key's head (see Claim), locked, skipping
 // rows another claim has locked.
@@ -333,8 +380,11 @@ func claimable(table string) string {
 // directChoice is ClaimDirect's CTEs: c, the chosen ids as an array; d,
 // them, the first $4 of them (the rows to start), and whether that is all
 // of them.
-func directChoice(table string) string {
-	return `c AS (SELECT ARRAY(` + claimable(table) + `) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started, cardinality(c.ids) <= $4 AS all_started FROM c)`
+func directChoice(table string) string { return directChoiceOf(claimable(table)) }
+
+// directChoiceOf is directChoice over another row choice.
+func directChoiceOf(choice string) string {
+	return `c AS (SELECT ARRAY(` + choice + `) AS ids), d AS (SELECT c.ids, c.ids[1:$4] AS started, cardinality(c.ids) <= $4 AS all_started FROM c)`
 }
 
 // directUpdate is ClaimDirect's UPDATE of d's rows: started ones to

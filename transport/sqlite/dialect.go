@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -220,15 +221,43 @@ RETURNING id, uuid, headers, body, attempts`,
 // materialized once, of which the first direct rows (the oldest due) are
 // set to processing as Begin would, the rest to fetched, in one statement.
 func (d Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
-	now := d.now()
-	return st(`WITH c AS MATERIALIZED (
+	return d.claimDirect(q, `
 	SELECT p.id, p.due_at FROM `+q.Table+` AS p
 	WHERE p.state = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
 		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
 	LIMIT ?2
-), s AS MATERIALIZED (SELECT id FROM c ORDER BY due_at, id LIMIT ?3)
+`, owner, n, direct, fetchTimeout, lease)
+}
+
+// ClaimKeys implements sqlqueue.KeyClaimer: ClaimDirect over the heads of
+// the given keys only — per key, its lowest id (one seek of the key
+// index), claimed when pending and due — so the hand-off of a settled
+// key's next row reads one row per key, not the backlog. Writes are
+// serialised, so the head is exact as in Claim. done is always empty
+// (SQLite is no AckRider); keys travel as one JSON array (?7), so the
+// statement text is the same for any number of keys.
+func (d Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, _ []sqlqueue.Ref) sqlqueue.Stmt {
+	st := d.claimDirect(q, `
+	SELECT p.id, p.due_at FROM `+q.Table+` AS p
+	WHERE p.id IN (
+		SELECT (SELECT e.id FROM `+q.Table+` AS e WHERE e.ordering_key = k.value ORDER BY e.id LIMIT 1)
+		FROM json_each(?7) AS k)
+	  AND p.state = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
+	ORDER BY p.due_at, p.id
+	LIMIT ?2
+`, owner, n, direct, fetchTimeout, lease)
+	js, _ := json.Marshal(keys) // strings always marshal
+	st.Args = append(st.Args, string(js))
+	return st
+}
+
+// claimDirect is ClaimDirect's statement around a row choice (c: id and
+// due_at of at most ?2 rows, ?1 being now).
+func (d Dialect) claimDirect(q sqlqueue.Queue, choice string, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
+	now := d.now()
+	return st(`WITH c AS MATERIALIZED (`+choice+`), s AS MATERIALIZED (SELECT id FROM c ORDER BY due_at, id LIMIT ?3)
 UPDATE `+q.Table+`
 SET state = CASE WHEN id IN (SELECT id FROM s) THEN 2 ELSE 1 END,
 	owner = ?4,

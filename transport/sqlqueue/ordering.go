@@ -32,17 +32,22 @@ var orderingKeyField = []byte(`"` + transport.MetadataOrderingKey + `":`)
 // costs one needless wake-up.
 func hasOrderingKey(headers []byte) bool { return bytes.Contains(headers, orderingKeyField) }
 
-// unblocked wakes the pool's sources of this queue when any of ds, just
-// settled (completed or dead-lettered), had an ordering key: the next row
-// of its key is claimable now, and no insert, release or recovery sent a
-// wake-up for it, so a source that skipped its claim after a short one
-// (see Claim) or parked would otherwise wait for its next poll. Other
-// processes find the row at their next poll or probe.
+// unblocked is told of ds, just settled (completed or dead-lettered): the
+// next row of each one's ordering key is claimable now, and no insert,
+// release or recovery sent a wake-up for it. This source takes those rows
+// itself when its dialect can claim by key (freeKey, handoff.go);
+// otherwise it wakes the pool's sources of this queue, so that one which
+// skipped its claim after a short one (see Claim) or parked does not wait
+// for its next poll. Other processes find the rows at their next poll or
+// probe.
 func (s *Source) unblocked(ds ...*transport.Delivery) {
+	var keys []string
 	for _, d := range ds {
-		if handleOf(d).keyed {
-			localWake.notify(wakeKey{s.e.db, s.q.Name})
-			return
+		if k := handleOf(d).key; k != "" {
+			keys = append(keys, k)
 		}
+	}
+	if len(keys) > 0 && !s.freeKey(keys...) {
+		localWake.notify(wakeKey{s.e.db, s.q.Name})
 	}
 }

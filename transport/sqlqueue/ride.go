@@ -99,6 +99,11 @@ func (r *rider) ride(ctx context.Context, d *transport.Delivery) (err error, ok 
 		r.timer = time.AfterFunc(r.hold, r.expire)
 	}
 	r.mu.Unlock()
+	if key := handleOf(d).key; key != "" {
+		// The key's next row waits for this ack: claim it now, with the
+		// ack riding (handoff.go), rather than after the hold.
+		r.s.freeKey(key)
+	}
 	select {
 	case err := <-a.done:
 		return err, true

@@ -40,6 +40,10 @@ type Source struct {
 	// source's acks may wait for a claim after it (holdable).
 	short     atomic.Bool
 	skipShort bool
+	// shortAt is when a full claim last came back short or empty (Unix
+	// ns): within the empty delay after it, freed keys are handed off
+	// instead of claimed by a full claim (handoff.go).
+	shortAt atomic.Int64
 	// idle is the pool's prober (nil: this source never parks); parked:
 	// the last claim came back empty, so claims are answered empty without
 	// a round trip until a wake-up arrives (see idle.go).
@@ -57,6 +61,12 @@ type Source struct {
 	// rider holds acks for the next claim statement (ride.go); nil when
 	// the dialect is no AckRider or AckHold is negative.
 	rider *rider
+	// kc is the dialect as a KeyClaimer (nil when it is none); freed are
+	// the keys whose next rows the next claim looks for, kick the
+	// listener's channel for it (handoff.go).
+	kc    KeyClaimer
+	freed freedKeys
+	kick  chan struct{}
 	// fetched counts the rows this source claimed fetched (not started)
 	// that have not yet passed Begin or been released: rows waiting in the
 	// buffer for a permit, which an ack waiting for a claim would hold.
@@ -127,12 +137,12 @@ func (s *Source) LastContact() time.Time {
 	return time.Unix(0, ns)
 }
 
-// handle is a delivery's settlement token. keyed: the row has an ordering
-// key, so settling it may unblock the next row of its key (see
+// handle is a delivery's settlement token. key: the row's ordering key
+// ("" when none), so settling it may unblock the next row of its key (see
 // unblocked). started: the claim put the row straight into processing.
 type handle struct {
 	ref     Ref
-	keyed   bool
+	key     string
 	started bool
 }
 
@@ -167,8 +177,10 @@ func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source
 		q:         q,
 		logger:    withFields(cfg.logger, watermill.LogFields{"queue": q.Name}),
 		w:         &waiter{ch: make(chan struct{}, 1), debounce: cfg.WakeDebounce},
+		kick:      make(chan struct{}, 1),
 		stopSweep: make(chan struct{}),
 	}
+	s.kc, _ = e.d.(KeyClaimer)
 	s.begin = coalesce.NewLinger(s.flushBegin, cfg.SettleBatch, cfg.SettleLinger)
 	s.complete = coalesce.NewLinger(s.flushComplete, cfg.SettleBatch, cfg.SettleLinger)
 	s.retry = coalesce.New(s.flushRetry, cfg.SettleBatch)
@@ -243,6 +255,21 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if s.kc != nil {
+		if keys := s.freed.take(); len(keys) > 0 {
+			if !woken && (s.parked.Load() || s.skipShort && time.Since(time.Unix(0, s.shortAt.Load())) < s.cfg.Pipeline.EmptyDelay) {
+				// A full claim within the empty delay came back short and
+				// nothing woke this source since: the rest of the backlog
+				// is blocked or absent (the claim below would be skipped,
+				// or answered as the poll the empty delay makes). Look for
+				// the freed keys' next rows only (handoff.go).
+				return s.claimKeys(ctx, keys, max, direct)
+			}
+			// The full claim below takes their next rows in due order
+			// (acks riding on it hide their keys' next rows from it: they
+			// free their keys again, see settleRiders).
+		}
+	}
 	if s.idle != nil {
 		if woken {
 			s.idle.wake() // activity: the pool's probe interval starts over
@@ -267,9 +294,6 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		return nil, nil
 	}
 	owner := newOwner()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ClaimTimeout)
-	defer cancel()
-	var ds []*transport.Delivery
 	// A claim runs again after a transient error: one rolled back (a
 	// deadlock victim) claimed nothing; one whose reply was lost may have
 	// claimed rows, which no delivery here refers to: the sweeper returns
@@ -292,8 +316,46 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	default:
 		st = s.e.d.Claim(s.q, owner, max, s.cfg.FetchTimeout)
 	}
-	started := 0
-	acked := map[int64]bool{}
+	ds, started, acked, err := s.runClaim(ctx, st, owner, direct, direct > 0 || len(riders) > 0)
+	if len(riders) > 0 {
+		s.settleRiders(riders, acked, err, false)
+	}
+	if err != nil {
+		return nil, s.claimErr(ctx, err)
+	}
+	s.contacted()
+	switch {
+	case len(ds) == 0:
+		s.shortAt.Store(time.Now().UnixNano())
+		s.e.ctrs.emptyClaims.Add(1)
+		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
+		if s.idle != nil {
+			s.parked.Store(true)
+			s.idle.parked()
+		}
+	case len(ds) < max:
+		s.short.Store(true)
+		s.shortAt.Store(time.Now().UnixNano())
+	default:
+		s.checkStats()
+	}
+	if len(ds) > 0 && s.idle != nil {
+		s.idle.wake()
+	}
+	s.claimed(ds, started, direct)
+	return ds, nil
+}
+
+// runClaim runs a claim statement (Claim, or with state: ClaimDirect,
+// ClaimComplete, ClaimKeys) for owner, again after a transient error, and
+// returns the rows claimed, how many of them started, and the ids of the
+// acks it deleted. The statement is not interrupted by the caller's
+// context (a claim whose result were lost would strand its rows until the
+// fetch timeout); it is bounded by ClaimTimeout.
+func (s *Source) runClaim(ctx context.Context, st Stmt, owner int64, direct int, withState bool) (ds []*transport.Delivery, started int, acked map[int64]bool, err error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ClaimTimeout)
+	defer cancel()
+	acked = map[int64]bool{}
 	// The scan's destinations, made once per claim (the driver copies each
 	// row's bytes out of its buffers).
 	var (
@@ -303,10 +365,10 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		attempts, state int
 	)
 	dest := []any{&id, &uuid, &headers, &body, &attempts}
-	if direct > 0 || len(riders) > 0 {
+	if withState {
 		dest = append(dest, &state)
 	}
-	err := s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
+	err = s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
 		ds, started = nil, 0
 		clear(acked)
 		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
@@ -324,7 +386,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			if begun {
 				started++
 			}
-			row := &claimedRow{h: handle{ref: Ref{ID: id, Owner: owner}, keyed: hasOrderingKey(headers), started: begun}}
+			row := &claimedRow{h: handle{ref: Ref{ID: id, Owner: owner}, key: orderingKeyOf(headers), started: begun}}
 			row.d = transport.Delivery{
 				ID:      strconv.FormatInt(id, 10),
 				Attempt: attempts,
@@ -336,36 +398,23 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			return nil
 		})
 	})
-	if len(riders) > 0 {
-		s.settleRiders(riders, acked, err)
+	return ds, started, acked, err
+}
+
+// claimErr wraps a claim's error; a missing queue table is re-created
+// (reported once: health shows the queue went missing; the next claim
+// finds the re-created table). Rows claimed before a failure are left to
+// the sweeper.
+func (s *Source) claimErr(ctx context.Context, err error) error {
+	err = s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
+	if errors.Is(err, transport.ErrQueueNotFound) && s.e.reprovision(ctx, s.q, true) {
+		err = fmt.Errorf("%w; re-created it", err)
 	}
-	if err != nil {
-		// Rows claimed before the failure are left to the sweeper.
-		err = s.e.wrapQueueErr(s.q, fmt.Errorf("sqlqueue: claim from %s: %w", s.q.Name, err))
-		if errors.Is(err, transport.ErrQueueNotFound) && s.e.reprovision(ctx, s.q, true) {
-			// Reported once (health shows the queue went missing); the
-			// next claim finds the re-created table.
-			err = fmt.Errorf("%w; re-created it", err)
-		}
-		return nil, err
-	}
-	s.contacted()
-	switch {
-	case len(ds) == 0:
-		s.e.ctrs.emptyClaims.Add(1)
-		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
-		if s.idle != nil {
-			s.parked.Store(true)
-			s.idle.parked()
-		}
-	case len(ds) < max:
-		s.short.Store(true)
-	default:
-		s.checkStats()
-	}
-	if len(ds) > 0 && s.idle != nil {
-		s.idle.wake()
-	}
+	return err
+}
+
+// claimed counts a successful claim's rows and orders them by id.
+func (s *Source) claimed(ds []*transport.Delivery, started, direct int) {
 	s.e.ctrs.claimedRows.Add(int64(len(ds)))
 	s.e.ctrs.startedRows.Add(int64(started))
 	if direct > 0 {
@@ -383,7 +432,6 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	slices.SortFunc(ds, func(a, b *transport.Delivery) int {
 		return compareID(a, b)
 	})
-	return ds, nil
 }
 
 func compareID(a, b *transport.Delivery) int {
@@ -585,7 +633,7 @@ func (s *Source) CompleteTx(ctx context.Context, d *transport.Delivery, tx *sql.
 // settleRiders hands the acks a claim statement carried their outcomes:
 // nil for the rows it deleted, ErrLeaseLost for the others, or the
 // statement's error.
-func (s *Source) settleRiders(riders []*ridingAck, acked map[int64]bool, err error) {
+func (s *Source) settleRiders(riders []*ridingAck, acked map[int64]bool, err error, handedOff bool) {
 	ds := make([]*transport.Delivery, len(riders))
 	errs := make([]error, len(riders))
 	for i, a := range riders {
@@ -601,7 +649,9 @@ func (s *Source) settleRiders(riders []*ridingAck, acked map[int64]bool, err err
 		s.e.ctrs.riddenAcks.Add(int64(len(acked)))
 	}
 	settle(riders, errs)
-	s.unblocked(ds...)
+	if !handedOff {
+		s.unblocked(ds...)
+	}
 }
 
 func ridersRefs(as []*ridingAck) []Ref {

@@ -14,7 +14,7 @@ type Counters struct {
 	leaseLost, recovered, deadLettered, expired  atomic.Int64
 	published, stray, statementRetries           atomic.Int64
 	probes, probeHits, skippedSweeps             atomic.Int64
-	riddenAcks, analyzes                         atomic.Int64
+	riddenAcks, analyzes, keyClaims              atomic.Int64
 	parked, pruned                               atomic.Int64
 }
 
@@ -31,6 +31,10 @@ type Stats struct {
 	// in Claims): the previous claim came back short and no wake-up
 	// arrived since.
 	SkippedClaims int64
+	// KeyClaims counts the claim statements (in Claims) that looked only
+	// for the next rows of ordering keys this subscriber settled (the
+	// hand-off, see KeyClaimer).
+	KeyClaims int64
 	Begins        int64 // lease-gate statements (group-committed)
 	Completes     int64 // ack statements (group-committed)
 	// RiddenAcks counts acks carried by a claim statement (no Complete
@@ -97,7 +101,7 @@ func (s Stats) RoundTrips() int64 {
 func (c *Counters) Snapshot() Stats {
 	return Stats{
 		Claims: c.claims.Load(), EmptyClaims: c.emptyClaims.Load(), ClaimedRows: c.claimedRows.Load(),
-		SkippedClaims: c.skippedClaims.Load(), StartedRows: c.startedRows.Load(),
+		SkippedClaims: c.skippedClaims.Load(), KeyClaims: c.keyClaims.Load(), StartedRows: c.startedRows.Load(),
 		Begins: c.begins.Load(), Completes: c.completes.Load(), RiddenAcks: c.riddenAcks.Load(), Renews: c.renews.Load(),
 		Retries: c.retries.Load(), Releases: c.releases.Load(), DeadLetters: c.deadLetters.Load(),
 		Inserts: c.inserts.Load(), Sweeps: c.sweeps.Load(), Tx: c.txs.Load(), Other: c.other.Load(),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/berth-go/berth/internal/bench"
+	"github.com/berth-go/berth/receiver"
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlite"
@@ -40,8 +42,19 @@ const (
 	OrderedTimeout = 10 * time.Minute
 )
 
-// OrderedModes are the key counts of the ordered scenario: 0 is no key.
-var OrderedModes = []int{0, 1000, 10}
+// OrderedModes are the ordered scenario's workloads.
+var OrderedModes = []OrderedMode{{}, {Keys: 1000}, {Keys: 10}, {Keys: 10, NackEvery: OrderedNackEvery}}
+
+// An OrderedMode is a workload: Keys ordering keys (0: none); NackEvery > 0
+// nacks every NackEvery-th message on its first attempt, with
+// ordered_nack=dead_letter, so that the key's next message must follow the
+// dead letter.
+type OrderedMode struct {
+	Keys, NackEvery int
+}
+
+// OrderedNackEvery is how often the dead-letter mode nacks.
+const OrderedNackEvery = 50
 
 func init() {
 	bench.Register(bench.Scenario{
@@ -59,6 +72,7 @@ type OrderedConfig struct {
 	URL         string // PostgreSQL URL
 	Dir         string // SQLite: the directory of its database files
 	Keys        int    // 0: no ordering key
+	NackEvery   int    // > 0: every NackEvery-th message is nacked once, ordered_nack=dead_letter
 	Backlog     int
 	Instances   int
 	Concurrency int
@@ -71,6 +85,21 @@ type OrderedResult struct {
 	Duration time.Duration // first subscribe to last ack
 	Handled  int           // handler runs (duplicates included)
 	Stats    sqlqueue.Stats
+	// Gaps are, per key, the time from a message's ack (or nack) to the
+	// start of the key's next message's handler: the wait of a key's next
+	// message after its predecessor settled, plus the settlement itself.
+	// DeadLetterGaps are those after a nack (dead-lettered).
+	Gaps, DeadLetterGaps []time.Duration
+}
+
+// GapQuantile returns the q-quantile (0..1) of gaps, 0 when there are none.
+func GapQuantile(gaps []time.Duration, q float64) time.Duration {
+	if len(gaps) == 0 {
+		return 0
+	}
+	s := slices.Clone(gaps)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
 }
 
 // MsgPerSec is the drain throughput.
@@ -139,6 +168,9 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		sc := sqlqueue.SubscriberConfig{DB: db, Tables: tables}
 		sc.Pipeline.Concurrency = c.Concurrency
 		sc.Pipeline.MaxAttempts = -1
+		if c.NackEvery > 0 {
+			sc.Pipeline.OrderedNack = receiver.OrderedNackDeadLetter
+		}
 		return sc
 	}
 	// The queue exists (and is subscribed) before the backlog goes in.
@@ -157,7 +189,7 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 	for start := 0; start < c.Backlog; start += 500 {
 		batch := make([]*message.Message, 0, 500)
 		for i := start; i < min(start+500, c.Backlog); i++ {
-			m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+			m := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
 			if c.Keys > 0 {
 				m.Metadata.Set(transport.MetadataOrderingKey, fmt.Sprintf("key-%d", i%c.Keys))
 			}
@@ -178,6 +210,9 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 		done      = make(chan struct{})
 		wg        sync.WaitGroup
 		subs      []*sqlqueue.Subscriber
+		gapMu     sync.Mutex
+		lastEnd   = map[string]time.Time{} // per key: when its last message was acked
+		lastNack  = map[string]bool{}      // … and whether that was a nack
 	)
 	remaining.Store(int64(c.Backlog))
 	began := time.Now()
@@ -203,14 +238,38 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 			go func() {
 				defer wg.Done()
 				for m := range ch {
+					key := m.Metadata.Get(transport.MetadataOrderingKey)
+					if key != "" {
+						now := time.Now()
+						gapMu.Lock()
+						if end, ok := lastEnd[key]; ok {
+							if lastNack[key] {
+								res.DeadLetterGaps = append(res.DeadLetterGaps, now.Sub(end))
+							} else {
+								res.Gaps = append(res.Gaps, now.Sub(end))
+							}
+						}
+						gapMu.Unlock()
+					}
 					if c.Handler > 0 {
 						time.Sleep(c.Handler) // the handler's work
 					}
 					handled.Add(1)
+					i, _ := strconv.Atoi(string(m.Payload))
+					nack := c.NackEvery > 0 && i%c.NackEvery == c.NackEvery-1
 					if _, dup := seen.LoadOrStore(m.UUID, true); !dup && remaining.Add(-1) == 0 {
 						close(done)
 					}
-					m.Ack()
+					if key != "" {
+						gapMu.Lock()
+						lastEnd[key], lastNack[key] = time.Now(), nack
+						gapMu.Unlock()
+					}
+					if nack {
+						m.Nack()
+					} else {
+						m.Ack()
+					}
 				}
 			}()
 		}
@@ -240,9 +299,9 @@ func RunOrderedDrain(ctx context.Context, c OrderedConfig) (OrderedResult, error
 // scale, one per mode (OrderedModes).
 func OrderedConfigs(database, url, dir string, scale float64) []OrderedConfig {
 	var out []OrderedConfig
-	for _, k := range OrderedModes {
+	for _, m := range OrderedModes {
 		out = append(out, OrderedConfig{
-			Database: database, URL: url, Dir: dir, Keys: k,
+			Database: database, URL: url, Dir: dir, Keys: m.Keys, NackEvery: m.NackEvery,
 			Backlog:   int(scaled(OrderedBacklog, scale, 2000)),
 			Instances: OrderedInstances, Concurrency: OrderedConcurrency, Handler: OrderedHandler,
 		})
@@ -273,7 +332,7 @@ func RunOrdered(ctx context.Context, env bench.Env) ([]bench.Result, error) {
 		load := []string{loadAvg()}
 		for range OrderedRounds {
 			for i, c := range cs {
-				progress(float64(done)/float64(total), fmt.Sprintf("%s %s keys=%d", ScenarioOrdered, db, c.Keys))
+				progress(float64(done)/float64(total), fmt.Sprintf("%s %s keys=%d nack=%d", ScenarioOrdered, db, c.Keys, c.NackEvery))
 				r, err := RunOrderedDrain(ctx, c)
 				if err != nil {
 					return out, err
@@ -305,6 +364,9 @@ func orderedResult(db string, c OrderedConfig, rs []OrderedResult, load []string
 	if c.Keys > 0 {
 		strategy = fmt.Sprintf("ordered, %d keys", c.Keys)
 	}
+	if c.NackEvery > 0 {
+		strategy += fmt.Sprintf(", 1 in %d dead-lettered", c.NackEvery)
+	}
 	var each []string
 	for _, r := range rs {
 		each = append(each, fmt.Sprintf("%.0f", r.MsgPerSec()))
@@ -319,6 +381,10 @@ func orderedResult(db string, c OrderedConfig, rs []OrderedResult, load []string
 			"rows_per_claim": med(func(r OrderedResult) float64 {
 				return float64(r.Stats.ClaimedRows) / float64(max(r.Stats.Claims-r.Stats.EmptyClaims, 1))
 			}),
+			"gap_p50_ms":    med(func(r OrderedResult) float64 { return ms(GapQuantile(r.Gaps, 0.5)) }),
+			"gap_p99_ms":    med(func(r OrderedResult) float64 { return ms(GapQuantile(r.Gaps, 0.99)) }),
+			"dl_gap_p50_ms": med(func(r OrderedResult) float64 { return ms(GapQuantile(r.DeadLetterGaps, 0.5)) }),
+			"dl_gap_max_ms": med(func(r OrderedResult) float64 { return ms(GapQuantile(r.DeadLetterGaps, 1)) }),
 		},
 		Notes: fmt.Sprintf("msg/s per round %s; load average %s", strings.Join(each, ", "), strings.Join(load, " → ")),
 	}
@@ -327,6 +393,9 @@ func orderedResult(db string, c OrderedConfig, rs []OrderedResult, load []string
 	}
 	return r
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // loadAvg is the 1-minute load average, "?" where /proc has none.
 func loadAvg() string {

@@ -30,9 +30,10 @@ func BenchmarkOrdered(b *testing.B) {
 			if db == "" {
 				db = "postgres"
 			}
-			fmt.Printf("%-8s %-18s %6d msgs  %8.0f msg/s  %5.2f statements/msg  %5.3f claims/msg  %6.1f rows/claim  (%s)\n",
+			fmt.Printf("%-8s %-40s %6d msgs  %8.0f msg/s  %5.2f statements/msg  %5.3f claims/msg  %6.1f rows/claim  key gap p50 %.1f p99 %.1f ms  dead-letter gap p50 %.1f max %.1f ms  (%s)\n",
 				db, r.Strategy, r.Messages, r.Metrics["msg_per_s"], r.Metrics["statements_per_msg"],
-				r.Metrics["claims_per_msg"], r.Metrics["rows_per_claim"], r.Notes)
+				r.Metrics["claims_per_msg"], r.Metrics["rows_per_claim"], r.Metrics["gap_p50_ms"], r.Metrics["gap_p99_ms"],
+				r.Metrics["dl_gap_p50_ms"], r.Metrics["dl_gap_max_ms"], r.Notes)
 		}
 	}
 }

@@ -157,6 +157,8 @@ var cases = []struct {
 	{"SweeperSurvivesPanickingLogger", testSweeperPanickingLogger},
 	{"OrderedPerKeyAcrossInstances", testOrderedLedger},
 	{"OrderedClaimTakesOnlyHeads", testOrderedClaim},
+	{"KeyClaimTakesHeads", testKeyClaimTakesHeads},
+	{"HotKeysHandedOff", testHotKeysHandedOff},
 	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
 	{"DirectClaimCountsAttemptOnce", testDirectClaim},
 	{"DirectClaimReleasedOnClose", testDirectClose},

@@ -1,0 +1,181 @@
+package sqlqueuetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport/sqlqueue"
+)
+
+// skipNoKeyClaimer skips a case on a dialect that cannot claim by key.
+func skipNoKeyClaimer(t *testing.T, h Harness) sqlqueue.KeyClaimer {
+	t.Helper()
+	kc, ok := h.Dialect.(sqlqueue.KeyClaimer)
+	if !ok {
+		t.Skipf("dialect %s does not implement sqlqueue.KeyClaimer", h.Dialect.Name())
+	}
+	return kc
+}
+
+// testKeyClaimTakesHeads runs ClaimKeys itself: per key it claims the
+// lowest row only when that row is pending and due (a key whose head is
+// processing or delayed gives nothing, a key without rows nothing), and an
+// ack riding on it (an AckRider's done rows) is left out of the head
+// check only when its fenced delete took place.
+func testKeyClaimTakesHeads(t *testing.T, h Harness) {
+	kc := skipNoKeyClaimer(t, h)
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	src := f.newSource(t, db, "keyclaim")
+	q := src.Queue()
+	ctx := context.Background()
+	publish := func(ms ...*message.Message) {
+		t.Helper()
+		if err := pub.Publish("keyclaim", ms...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a1 goes into processing; a2 waits behind it.
+	publish(keyed("a", "a1"), keyed("a", "a2"))
+	ds, err := src.ClaimDirect(ctx, 10, 10)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("ClaimDirect = %d rows, %v; want a1 alone", len(ds), err)
+	}
+	a1 := rowID(t, ds[0].ID)
+	var owner int64
+	if err := db.QueryRow(`SELECT owner FROM `+q.Table+` WHERE id = `+f.ph(1), a1).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	b1 := keyed("b", "b1")
+	b1.Metadata.Set(sqlqueue.MetadataDelay, "1h")
+	publish(b1, keyed("b", "b2"), keyed("c", "c1"), keyed("c", "c2"))
+
+	claimKeys := func(done []sqlqueue.Ref) (claimed []string, acked []int64) {
+		t.Helper()
+		st := kc.ClaimKeys(q, 7, []string{"a", "b", "c", "d"}, 10, 0, time.Minute, time.Minute, done)
+		rows, err := db.QueryContext(ctx, st.SQL, st.Args...)
+		if err != nil {
+			t.Fatalf("ClaimKeys: %v", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id              int64
+				uuid            string
+				headers, body   []byte
+				attempts, state int
+			)
+			if err := rows.Scan(&id, &uuid, &headers, &body, &attempts, &state); err != nil {
+				t.Fatal(err)
+			}
+			if state == sqlqueue.StateAcked {
+				acked = append(acked, id)
+				continue
+			}
+			claimed = append(claimed, string(body))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(claimed)
+		return claimed, acked
+	}
+	// a's head is processing, b's is delayed, d has no rows: c1 only.
+	if got, _ := claimKeys(nil); !slices.Equal(got, []string{"c1"}) {
+		t.Fatalf("ClaimKeys claimed %v, want [c1]", got)
+	}
+	// c1 is fetched now: c2 stays behind it.
+	if got, _ := claimKeys(nil); len(got) != 0 {
+		t.Fatalf("ClaimKeys claimed %v behind heads in flight, want nothing", got)
+	}
+	if _, ok := h.Dialect.(sqlqueue.AckRider); !ok {
+		return
+	}
+	// An ack fenced out (another owner) deletes nothing and hides nothing.
+	if got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner + 1}}); len(got) != 0 || len(acked) != 0 {
+		t.Fatalf("ClaimKeys with a fenced-out ack claimed %v, acked %v; want nothing", got, acked)
+	}
+	// a1's own ack rides: it is deleted, and a2 is a's head in the same
+	// statement.
+	got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner}})
+	if !slices.Equal(got, []string{"a2"}) || !slices.Equal(acked, []int64{a1}) {
+		t.Fatalf("ClaimKeys with a1's ack claimed %v, acked %v; want [a2], [%d]", got, acked, a1)
+	}
+}
+
+// testHotKeysHandedOff drains two hot keys through a Subscriber whose
+// empty delay and idle probe are longer than the test: every message but
+// each key's first is claimed by the hand-off of its key (ClaimKeys, one
+// statement for the ack and the next row where acks ride), in publish
+// order per key, and almost no claim reads the backlog. Before the
+// hand-off, each settled head woke a full claim: a claim per message, none
+// of them by key.
+func testHotKeysHandedOff(t *testing.T, h Harness) {
+	skipNoKeyClaimer(t, h)
+	const perKey = 40
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	var ms []*message.Message
+	for i := range perKey {
+		ms = append(ms, keyed("a", fmt.Sprintf("a-%03d", i)), keyed("b", fmt.Sprintf("b-%03d", i)))
+	}
+	c := f.subConfig(db)
+	c.SweepInterval = -1
+	c.IdleProbeMax = time.Hour
+	c.Pipeline.Concurrency = 8
+	c.Pipeline.EmptyDelay = time.Hour
+	sub := f.newSubscriber(t, c)
+	if err := sub.SubscribeInitialize("hot"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("hot", ms...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		got = map[string][]string{}
+	)
+	n := 0
+	deadline := time.After(time.Minute)
+	for n < 2*perKey {
+		select {
+		case m := <-ch:
+			p := string(m.Payload)
+			mu.Lock()
+			got[p[:1]] = append(got[p[:1]], p)
+			mu.Unlock()
+			m.Ack()
+			n++
+		case <-deadline:
+			t.Fatalf("handled %d of %d within a minute (stats %+v)", n, 2*perKey, sub.Stats())
+		}
+	}
+	for _, k := range []string{"a", "b"} {
+		if !slices.IsSorted(got[k]) || len(got[k]) != perKey {
+			t.Fatalf("key %s handled as %s; want its %d messages in publish order", k, strings.Join(got[k], " "), perKey)
+		}
+	}
+	// The last acks may still be on their way; the claims are done.
+	st := sub.Stats()
+	full := st.Claims - st.KeyClaims
+	if st.KeyClaims < perKey || full > 20 {
+		t.Fatalf("%d claims by key and %d full claims for %d messages of two hot keys; want most by key (≥ %d) and at most 20 full (stats %+v)",
+			st.KeyClaims, full, 2*perKey, perKey, st)
+	}
+	t.Logf("%d messages: %d claims by key, %d full claims, %d acks ridden", 2*perKey, st.KeyClaims, full, st.RiddenAcks)
+}
