@@ -332,7 +332,8 @@ type PublisherConfig struct {
 	// MaxMessageSize is the largest accepted message, metadata (as JSON)
 	// plus payload, in bytes; larger ones fail Publish with
 	// transport.ErrMessageTooLarge. Defaults to DefaultMaxMessageSize
-	// (1 MiB). URL: max_message_size.
+	// (1 MiB); at most the dialect's Limits().MessageSize (SQL Server:
+	// sqlserver.MaxMessageSize, 16 MiB). URL: max_message_size.
 	MaxMessageSize int
 	// Delay delays every message by this much unless its metadata says
 	// otherwise (MetadataDelay, MetadataDeliverAt, or Watermill's
@@ -416,6 +417,8 @@ func (c PublisherConfig) problems(dialect Dialect, borrowed bool) []error {
 	errs = append(errs, validatePool(c.DB, c.DSN, c.MaxOpenConns, dialect, borrowed)...)
 	if d.MaxMessageSize < 1 {
 		errs = append(errs, fmt.Errorf("MaxMessageSize: must be ≥ 1, got %d", c.MaxMessageSize))
+	} else if err := messageSizeLimit(dialect, d.MaxMessageSize); err != nil {
+		errs = append(errs, err)
 	}
 	if d.Delay < 0 {
 		errs = append(errs, fmt.Errorf("Delay: must be ≥ 0, got %s", c.Delay))

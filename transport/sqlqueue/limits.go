@@ -18,6 +18,9 @@ type Limits struct {
 	// OrderingKey bounds a message's ordering key (the queue table's
 	// ordering_key column, see transport.MetadataOrderingKey).
 	OrderingKey int
+	// MessageSize bounds PublisherConfig.MaxMessageSize, in bytes (SQL
+	// Server: the size of one INSERT statement).
+	MessageSize int
 	// Length measures a value in the columns' unit (SQL Server's nvarchar
 	// counts UTF-16 code units); nil counts bytes.
 	Length func(string) int
@@ -25,9 +28,9 @@ type Limits struct {
 
 // Limiter is implemented by dialects whose columns bound the UUID, topic,
 // consumer group or ordering key (SQL Server's nvarchar(n); the ordering
-// key on every dialect, which indexes it). The engine checks them in
-// Go, so a user gets an error naming the limit instead of the server's
-// truncation error (2628, 8152).
+// key on every dialect, which indexes it), or whose statements bound the
+// message size. The engine checks them in Go, so a user gets an error
+// naming the limit instead of the server's truncation error (2628, 8152).
 type Limiter interface {
 	Limits() Limits
 }
@@ -89,6 +92,18 @@ func checkOrderingKey(d Dialect, uuid, key string) error {
 	if n := l.length(key); l.OrderingKey > 0 && n > l.OrderingKey {
 		return fmt.Errorf("%w: message %.40q: ordering key (metadata %s) is %d characters, at most %d on %s",
 			transport.ErrInvalidMessage, uuid, transport.MetadataOrderingKey, n, l.OrderingKey, d.Name())
+	}
+	return nil
+}
+
+// messageSizeLimit reports a MaxMessageSize over d's MessageSize limit.
+func messageSizeLimit(d Dialect, size int) error {
+	lm, ok := d.(Limiter)
+	if !ok {
+		return nil
+	}
+	if l := lm.Limits(); l.MessageSize > 0 && size > l.MessageSize {
+		return fmt.Errorf("MaxMessageSize: at most %d bytes on %s, got %d", l.MessageSize, d.Name(), size)
 	}
 	return nil
 }

@@ -532,7 +532,7 @@ func (t *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	var stmts []Stmt
 	for _, q := range queues {
-		stmts = append(stmts, p.e.d.Insert(q, rows)...)
+		stmts = append(stmts, insertInTx(p.e.d, q, rows)...)
 	}
 	if _, err := runAll(ctx, t.tx, &p.e.ctrs.inserts, stmts); err != nil {
 		return fmt.Errorf("sqlqueue: publish to %q in transaction: %w", topic, err)

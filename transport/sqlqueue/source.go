@@ -612,7 +612,7 @@ func (s *Source) CompleteTx(ctx context.Context, d *transport.Delivery, tx *sql.
 	defer s.unblocked(d)
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
-	ids, err := queryIDs(sctx, tx, &s.e.ctrs.completes, s.e.d.Complete(s.q, []Ref{refOf(d)}))
+	ids, err := queryIDs(sctx, tx, &s.e.ctrs.completes, completeInTx(s.e.d, s.q, []Ref{refOf(d)}))
 	if err == nil && len(ids) == 0 {
 		err = s.lost(d)
 	}

@@ -100,7 +100,8 @@ func (s *Source) idleClean(interval time.Duration) bool {
 }
 
 // Sweep runs one sweep of the queue now, if no other instance is sweeping
-// it (a zero-wait cluster lock), in one transaction: stray rows (a fetched
+// it (a zero-wait cluster lock), in one transaction (for a SweepSplitter,
+// one per statement, each taking the lock): stray rows (a fetched
 // or processing state without a lease or an owner, or an unknown state: written by
 // another tool or a bad migration, they would never be delivered,
 // recovered or dead-lettered) go to the error table with a reason; rows
@@ -131,36 +132,60 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	return res, nil
 }
 
-// sweep runs one sweep transaction into res.
+// sweep runs one sweep into res: its steps in one transaction that holds
+// the sweep lock, or, for a SweepSplitter, each step in a transaction of
+// its own that takes the lock again (sweepApart).
 func (s *Source) sweep(ctx context.Context, res *SweepResult) error {
 	rt := &s.e.ctrs.sweeps
 	max := s.cfg.Pipeline.MaxAttempts
-	return inTx(ctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
-		ok, err := lockAcquired(ctx, tx, rt, s.e.d.Lock(s.e.lockKey("sweep:"+s.q.Name), false))
-		if err != nil || !ok {
-			return err
-		}
-		res.Ran = true
-		// Strays first: Recover would otherwise return a row of an unknown
-		// state whose lease_until has passed to pending.
-		ids, err := runAll(ctx, tx, rt, s.e.d.DeadLetterStray(s.e.names, s.q, sweepLimit))
-		if err != nil {
-			return fmt.Errorf("dead-letter stray: %w", err)
-		}
-		res.Stray = len(ids)
-		if res.Recovered, err = queryCount(ctx, tx, rt, s.e.d.Recover(s.q, max, sweepLimit)); err != nil {
-			return fmt.Errorf("recover: %w", err)
-		}
-		if max > 0 {
+	// Strays first: Recover would otherwise return a row of an unknown
+	// state whose lease_until has passed to pending.
+	steps := []func(tx *sql.Tx) error{
+		func(tx *sql.Tx) error {
+			ids, err := runAll(ctx, tx, rt, s.e.d.DeadLetterStray(s.e.names, s.q, sweepLimit))
+			if err != nil {
+				return fmt.Errorf("dead-letter stray: %w", err)
+			}
+			res.Stray = len(ids)
+			return nil
+		},
+		func(tx *sql.Tx) (err error) {
+			if res.Recovered, err = queryCount(ctx, tx, rt, s.e.d.Recover(s.q, max, sweepLimit)); err != nil {
+				return fmt.Errorf("recover: %w", err)
+			}
+			return nil
+		},
+	}
+	if max > 0 {
+		steps = append(steps, func(tx *sql.Tx) error {
 			reason := fmt.Sprintf("processing lease expired on the last attempt (MaxAttempts %d): the handler never settled", max)
 			ids, err := runAll(ctx, tx, rt, s.e.d.DeadLetterExpired(s.e.names, s.q, max, reason, sweepLimit))
 			if err != nil {
 				return fmt.Errorf("dead-letter expired: %w", err)
 			}
 			res.DeadLettered = len(ids)
-		}
+			return nil
+		})
+	}
+	steps = append(steps, func(tx *sql.Tx) (err error) {
 		if res.Expired, err = queryCount(ctx, tx, rt, s.e.d.DropExpired(s.q, sweepLimit)); err != nil {
 			return fmt.Errorf("drop expired: %w", err)
+		}
+		return nil
+	})
+	if sp, ok := s.e.d.(SweepSplitter); ok && sp.SplitSweep() {
+		return s.sweepApart(ctx, res, steps)
+	}
+	return inTx(ctx, s.e.db, &s.e.ctrs.txs, func(tx *sql.Tx) error {
+		ok, err := lockAcquired(ctx, tx, rt, s.e.d.Lock(s.e.lockKey("sweep:"+s.q.Name), false))
+		if err != nil || !ok {
+			return err
+		}
+		res.Ran = true
+		for _, step := range steps {
+			if err := step(tx); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
