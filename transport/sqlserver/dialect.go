@@ -42,6 +42,25 @@ const (
 	MinCompatibilityLevel = 130
 	// maxLockKey is sp_getapplock's @Resource length (nvarchar(255)).
 	maxLockKey = 255
+	// MaxInsertBytes bounds the JSON document of one INSERT statement,
+	// in bytes (UTF-8, as Go builds it; twice that crosses the wire as
+	// nvarchar, UTF-16): an Insert of rows whose documents add up to more
+	// is split into several statements, each of at least one row, however
+	// large. A body is about 1.33 bytes of JSON per byte (base64), so a
+	// statement carries about 3 MB of bodies: a publish of many large
+	// messages neither nears nvarchar(max)'s 2 GB nor holds more than a
+	// few MB per statement in the client and the server, and
+	// MaxRowsPerInsert still bounds a statement of small rows.
+	MaxInsertBytes = 4 << 20
+	// MaxMessageSize is the largest PublisherConfig.MaxMessageSize on SQL
+	// Server, in bytes of metadata (as JSON) and payload: 16 MiB. A
+	// message travels in one INSERT (its row is never split), as about
+	// 2.67 bytes on the wire per body byte (base64 in UTF-16): 45 MB at
+	// this size, and the client holds about 14 bytes per body byte while
+	// it builds and encodes the statement (BenchmarkInsertEncoding), some
+	// 235 MB. A larger setting fails the constructor with
+	// transport.ErrInvalidConfig naming this limit.
+	MaxMessageSize = 16 << 20
 )
 
 // Column limits, in UTF-16 code units as nvarchar(n) counts them. The
@@ -87,6 +106,8 @@ var (
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.MultiProber            = Dialect{}
 	_ sqlqueue.QueueMigrator          = Dialect{}
+	_ sqlqueue.CallerTxDialect        = Dialect{}
+	_ sqlqueue.SweepSplitter          = Dialect{}
 )
 
 // nv declares s as nvarchar(max), whatever its length (see Plan reuse).
@@ -123,21 +144,43 @@ func after(p string) string {
 }
 
 // The head of every batch: no row-count messages, and one consistent
-// "now" (the server's UTC clock, at the columns' precision). Claims and
-// sweeps also set READ COMMITTED themselves: READPAST needs it, and a
-// pooled connection may have been left at another level (the setting is
-// scoped to the sp_executesql call).
+// "now" (the server's UTC clock, at the columns' precision).
+//
+// # Isolation
+//
+// Every batch that reads or writes a queue table's rows on Berth's own
+// account — claims, the idle probe, settlements, sweeps, inserts of
+// Publish, the parked messages' pruning — sets READ COMMITTED at its head
+// (headRC, headLocking). On-premises SQL Server does not reset the
+// isolation level of a pooled connection (sp_reset_connection leaves it),
+// so a caller's *sql.DB once used at SERIALIZABLE would run a Complete or
+// an Insert at SERIALIZABLE: key-range locks held to the statement's end
+// and on to the transaction's, where READPAST and the claim's locking
+// assume READ COMMITTED. The setting is scoped to the sp_executesql call:
+// the session's own level is back when the batch ends (MultiProbe, which
+// takes no argument, goes as a plain batch and leaves the session at READ
+// COMMITTED).
+//
+// The statements that run inside a caller's transaction — Publisher.WithTx
+// (PublishInTx) and the handler's transaction that CompleteTx commits
+// (InsertInTx, CompleteInTx, see sqlqueue.CallerTxDialect) — do not set
+// it: the caller chose the transaction's level, and a statement of theirs
+// should run at it. Nor do the schema, subscription and fleet batches,
+// which are guarded by application locks and explicit hints rather than
+// by the level, and of which some (Subscriptions, Register, CopyParked)
+// also run inside a caller's transaction.
 const (
 	head        = "SET NOCOUNT ON;\n"
 	headNow     = head + "DECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
-	headLocking = head + "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\nDECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
+	headRC      = head + "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n"
+	headLocking = headRC + "DECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
 )
 
 // Limits implements sqlqueue.Limiter: the nvarchar columns' lengths, in
-// UTF-16 code units.
+// UTF-16 code units, and MaxMessageSize.
 func (Dialect) Limits() sqlqueue.Limits {
 	return sqlqueue.Limits{UUID: MaxUUIDLength, Topic: MaxTopicLength, ConsumerGroup: MaxConsumerGroupLength,
-		OrderingKey: MaxOrderingKeyLength, Length: utf16Len}
+		OrderingKey: MaxOrderingKeyLength, MessageSize: MaxMessageSize, Length: utf16Len}
 }
 
 func utf16Len(s string) int {
@@ -525,15 +568,20 @@ func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
 	return st(head+`SELECT queue_table FROM `+n.Subscriptions+` WHERE topic = @p1 ORDER BY consumer_group;`, nv(topic))
 }
 
-// Insert implements sqlqueue.Dialect: one INSERT … SELECT per
-// MaxRowsPerInsert rows, its rows one JSON document in one nvarchar(max)
-// parameter (see Plan reuse): OPENJSON reads them back, decoding each
-// base64 body into varbinary(max). The row number n orders the SELECT, so
-// identity values (and so delivery order) follow the order of rows; due
-// and expiry times are computed once, on the server's clock.
+// Insert implements sqlqueue.Dialect: one INSERT … SELECT per chunk of
+// rows, its rows one JSON document in one nvarchar(max) parameter (see
+// Plan reuse): OPENJSON reads them back, decoding each base64 body into
+// varbinary(max). A chunk ends at MaxRowsPerInsert rows or before its
+// document would pass MaxInsertBytes, and holds at least one row. The row
+// number n orders the SELECT, so identity values (and so delivery order)
+// follow the order of rows; due and expiry times are computed once, on
+// the server's clock. The batch sets READ COMMITTED (see Isolation);
+// InsertInTx, for a caller's transaction, does not.
 //
 // The price of one plan is the encoding: a body crosses the wire as base64
-// in UTF-16, 2.67 bytes per byte (a 1 KiB body is 2,736 bytes).
+// in UTF-16, 2.67 bytes per byte (a 1 KiB body is 2,736 bytes). A
+// table-valued parameter would send a body as varbinary, 1 byte per byte
+// (docs/transports/sqlserver.md, Insert size, has the measurement).
 //
 // # Ordering keys
 //
@@ -554,17 +602,69 @@ func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
 // holds it that long), or refused as a deadlock victim, raises
 // LockTimeoutError.
 func (Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	return inserts(insertText(q, headLocking), rows)
+}
+
+// InsertInTx implements sqlqueue.CallerTxDialect: Insert for a caller's
+// transaction (Publisher.WithTx), which runs at the caller's isolation
+// level (see Isolation).
+func (Dialect) InsertInTx(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	return inserts(insertText(q, headNow), rows)
+}
+
+// inserts splits rows into Insert's chunks, each a statement of text.
+// A chunk's document is at most MaxInsertBytes long unless it holds a
+// single row.
+func inserts(text string, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
 	var out []sqlqueue.Stmt
-	text := insertText(q)
-	for start := 0; start < len(rows); start += MaxRowsPerInsert {
-		chunk := rows[start:min(start+MaxRowsPerInsert, len(rows))]
-		keys := "[]"
-		if start == 0 {
-			keys = keysJSON(rows)
+	keys := keysJSON(rows)
+	var doc, row []byte
+	n := 0 // rows in doc
+	flush := func() {
+		out = append(out, st(text, nv(string(append(doc, ']'))), nv(keys)))
+		doc, keys, n = doc[:0], "[]", 0
+	}
+	for i, r := range rows {
+		if n == MaxRowsPerInsert {
+			flush()
 		}
-		out = append(out, st(text, nv(rowsJSON(chunk)), nv(keys)))
+		row = appendRow(row[:0], n+1, r)
+		if n > 0 && len(doc)+len(row)+2 > MaxInsertBytes {
+			flush()
+			row = appendRow(row[:0], 1, r)
+		}
+		if n == 0 {
+			doc = slices.Grow(doc, chunkSize(rows[i:]))
+			doc = append(doc, '[')
+		} else {
+			doc = append(doc, ',')
+		}
+		doc = append(doc, row...)
+		n++
+	}
+	if n > 0 {
+		flush()
 	}
 	return out
+}
+
+// rowSize estimates the bytes appendRow writes for r, to size buffers
+// (escapes in the headers can make the row longer; inserts measures the
+// row itself).
+func rowSize(r sqlqueue.InsertRow) int {
+	return 64 + len(r.UUID) + 2*len(r.Headers) + base64.StdEncoding.EncodedLen(len(r.Body)) + len(r.OrderingKey)
+}
+
+// chunkSize estimates the document of the chunk that starts with rows[0].
+func chunkSize(rows []sqlqueue.InsertRow) int {
+	size := 2
+	for i, r := range rows {
+		if i == MaxRowsPerInsert || i > 0 && size+rowSize(r) > MaxInsertBytes {
+			break
+		}
+		size += rowSize(r)
+	}
+	return size
 }
 
 // keyLockTimeout is the key locks' wait, LockTimeout in milliseconds.
@@ -600,9 +700,10 @@ func keyLocks(q sqlqueue.Queue) string {
 `
 }
 
-// insertText is Insert's statement for q (see Insert, Ordering keys).
-func insertText(q sqlqueue.Queue) string {
-	return headNow + `DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
+// insertText is Insert's statement for q after h, the batch's head (see
+// Insert, Ordering keys).
+func insertText(q sqlqueue.Queue, h string) string {
+	return h + `DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
 DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
 INSERT INTO @keys (k)
 SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p2) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
@@ -641,40 +742,42 @@ func keysJSON(rows []sqlqueue.InsertRow) string {
 	return string(append(b, ']'))
 }
 
-// rowsJSON encodes rows as the JSON array Insert reads: n (1-based
-// order), u (uuid), h (headers, a string), b (body, base64), d (delay)
-// and t (time-to-live) in milliseconds, and k (the ordering key) when the
-// row has one (a missing k reads as NULL).
+// rowsJSON encodes rows as the JSON array Insert reads (see appendRow),
+// numbered from 1.
 func rowsJSON(rows []sqlqueue.InsertRow) string {
-	size := 2
-	for _, r := range rows {
-		size += 64 + len(r.UUID) + 2*len(r.Headers) + base64.StdEncoding.EncodedLen(len(r.Body)) + len(r.OrderingKey)
-	}
-	b := make([]byte, 0, size)
-	b = append(b, '[')
+	b := []byte{'['}
 	for i, r := range rows {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"n":`...)
-		b = strconv.AppendInt(b, int64(i+1), 10)
-		b = append(b, `,"u":`...)
-		b = appendJSONString(b, r.UUID)
-		b = append(b, `,"h":`...)
-		b = appendJSONString(b, string(r.Headers))
-		b = append(b, `,"b":"`...)
-		b = base64.StdEncoding.AppendEncode(b, r.Body)
-		b = append(b, `","d":`...)
-		b = strconv.AppendInt(b, ms(r.Delay), 10)
-		b = append(b, `,"t":`...)
-		b = strconv.AppendInt(b, ms(r.TTL), 10)
-		if r.OrderingKey != "" {
-			b = append(b, `,"k":`...)
-			b = appendJSONString(b, r.OrderingKey)
-		}
-		b = append(b, '}')
+		b = appendRow(b, i+1, r)
 	}
 	return string(append(b, ']'))
+}
+
+// appendRow appends r as the JSON object Insert reads: n (its 1-based
+// order in the statement), u (uuid), h (headers, a string), b (body,
+// base64), d (delay) and t (time-to-live) in milliseconds, and k (the
+// ordering key) when the row has one (a missing k reads as NULL).
+func appendRow(b []byte, n int, r sqlqueue.InsertRow) []byte {
+	b = slices.Grow(b, rowSize(r))
+	b = append(b, `{"n":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, `,"u":`...)
+	b = appendJSONString(b, r.UUID)
+	b = append(b, `,"h":`...)
+	b = appendJSONString(b, string(r.Headers))
+	b = append(b, `,"b":"`...)
+	b = base64.StdEncoding.AppendEncode(b, r.Body)
+	b = append(b, `","d":`...)
+	b = strconv.AppendInt(b, ms(r.Delay), 10)
+	b = append(b, `,"t":`...)
+	b = strconv.AppendInt(b, ms(r.TTL), 10)
+	if r.OrderingKey != "" {
+		b = append(b, `,"k":`...)
+		b = appendJSONString(b, r.OrderingKey)
+	}
+	return append(b, '}')
 }
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
@@ -828,36 +931,71 @@ func refsJSON(refs []sqlqueue.Ref) string {
 // is the same for 1 or 1,000 refs and never nears the parameter limit.
 const refsTable = `OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner`
 
+// settledHints are the queue table's hints in every settlement (Begin,
+// Complete, Renew, Retry, Release), and pinLoop its query hint, which
+// together pin the plan to a nested loop over the refs with one seek of
+// the primary key per ref, whatever the optimizer would pick for a plan
+// compiled while the table was empty (a scan of the clustered index, every
+// row read under the update lock the statement takes on its target):
+// FORCESEEK leaves the clustered key as the only access path (no other
+// index leads with id), and LOOP JOIN makes the refs the outer input.
+// ROWLOCK keeps the locks on the rows; READCOMMITTEDLOCK makes the fence
+// read the row's latest committed state even where
+// READ_COMMITTED_SNAPSHOT is on.
+//
+// No READPAST, unlike the claim and the sweeps: a settlement must find its
+// own row even when another session holds a lock on it — a sweep deciding
+// on it, a claim's pick reading it, a handler's transaction deleting it
+// (CompleteTx), a console cancel — and wait for that lock: skipping the
+// row would report a lease lost (transport.ErrLeaseLost) for a row whose
+// lease is held, and redeliver it. The fence (id, owner, state) decides
+// once the lock is granted.
+const (
+	settledHints = ` WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)`
+	pinLoop      = "\nOPTION (LOOP JOIN)"
+)
+
 // Begin implements sqlqueue.Dialect.
 func (Dialect) Begin(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL, attempts int NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL, attempts int NOT NULL);
 UPDATE q SET state = 2, attempts = q.attempts + 1, lease_until = `+after("@p2")+`
 OUTPUT inserted.id, inserted.attempts INTO @t
-FROM `+q.Table+` AS q WITH (ROWLOCK)
+FROM `+q.Table+` AS q`+settledHints+`
 INNER JOIN `+refsTable+`
-WHERE q.state = 1;
+WHERE q.state = 1`+pinLoop+`;
 SELECT id, attempts FROM @t;`, nv(refsJSON(refs)), ms(lease))
 }
 
 // Complete implements sqlqueue.Dialect.
 func (Dialect) Complete(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
-	return st(head+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(completeText(q, headRC), nv(refsJSON(refs)))
+}
+
+// CompleteInTx implements sqlqueue.CallerTxDialect: Complete for the
+// handler's transaction (sqlqueue.Source.CompleteTx), which runs at the
+// level the handler left it at (see Isolation).
+func (Dialect) CompleteInTx(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	return st(completeText(q, head), nv(refsJSON(refs)))
+}
+
+func completeText(q sqlqueue.Queue, h string) string {
+	return h + `DECLARE @t TABLE (id bigint NOT NULL);
 DELETE q
 OUTPUT deleted.id INTO @t
-FROM `+q.Table+` AS q WITH (ROWLOCK)
-INNER JOIN `+refsTable+`
-WHERE q.state = 2;
-SELECT id FROM @t;`, nv(refsJSON(refs)))
+FROM ` + q.Table + ` AS q` + settledHints + `
+INNER JOIN ` + refsTable + `
+WHERE q.state = 2` + pinLoop + `;
+SELECT id FROM @t;`
 }
 
 // Renew implements sqlqueue.Dialect.
 func (Dialect) Renew(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration) sqlqueue.Stmt {
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET lease_until = `+after("@p2")+`
 OUTPUT inserted.id INTO @t
-FROM `+q.Table+` AS q WITH (ROWLOCK)
+FROM `+q.Table+` AS q`+settledHints+`
 INNER JOIN `+refsTable+`
-WHERE q.state = 2;
+WHERE q.state = 2`+pinLoop+`;
 SELECT id FROM @t;`, nv(refsJSON(refs)), ms(lease))
 }
 
@@ -878,23 +1016,23 @@ func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 		b = append(b, '}')
 	}
 	b = append(b, ']')
-	return st(headNow+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = `+after("r.delay_ms")+`
 OUTPUT inserted.id INTO @t
-FROM `+q.Table+` AS q WITH (ROWLOCK)
+FROM `+q.Table+` AS q`+settledHints+`
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 2;
+WHERE q.state = 2`+pinLoop+`;
 SELECT id FROM @t;`, nv(string(b)))
 }
 
 // Release implements sqlqueue.Dialect.
 func (Dialect) Release(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
-	return st(head+`DECLARE @t TABLE (id bigint NOT NULL);
+	return st(headRC+`DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET state = 0, owner = NULL, lease_until = NULL
 OUTPUT inserted.id INTO @t
-FROM `+q.Table+` AS q WITH (ROWLOCK)
+FROM `+q.Table+` AS q`+settledHints+`
 INNER JOIN `+refsTable+`
-WHERE q.state = 1;
+WHERE q.state = 1`+pinLoop+`;
 SELECT id FROM @t;`, nv(refsJSON(refs)))
 }
 
@@ -916,8 +1054,12 @@ SELECT id FROM @t;`
 }
 
 // DeadLetter implements sqlqueue.Dialect: one batch, atomic on its own.
+// Its WHERE names the primary key with a parameter, so its plan is a
+// seek of the clustered key whatever the table held at compile time; and,
+// as a settlement, it waits for a lock on its row rather than skip it (no
+// READPAST, see settledHints).
 func (Dialect) DeadLetter(n sqlqueue.Names, q sqlqueue.Queue, ref sqlqueue.Ref, reason string) []sqlqueue.Stmt {
-	return []sqlqueue.Stmt{st(headNow+`SET XACT_ABORT ON;
+	return []sqlqueue.Stmt{st(headLocking+`SET XACT_ABORT ON;
 `+deadLetterVar+`BEGIN TRANSACTION;
 DELETE FROM `+q.Table+` WITH (ROWLOCK)
 OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
@@ -925,15 +1067,31 @@ WHERE id = @p1 AND owner = @p2 AND state IN (1, 2);
 `+copyToErrors(n.Errors, "@p3", "@p4"), ref.ID, ref.Owner, nv(q.Name), nv(reason))}
 }
 
+// sweepHints are the queue table's hints in Recover, DeadLetterExpired
+// and DropExpired, after the index each seeks: INDEX and FORCESEEK pin a
+// seek of that filtered index on its key (lease_until, expires_at) up to
+// @now, whatever the plan cached from a compile on an empty table would
+// otherwise do (a clustered scan, every row read under UPDLOCK); UPDLOCK
+// so that the rows it qualifies stay as read until it changes them;
+// READPAST so that a sweep passes the rows a claim, a settlement or
+// another sweep holds (the row is swept next time, if it still needs it);
+// ROWLOCK and READCOMMITTEDLOCK as in Claim. A DML statement's target
+// takes neither INDEX nor FORCESEEK, so the table is named in its FROM,
+// where every table hint is allowed.
+func sweepHints(index string) string {
+	return ` WITH (INDEX(` + Dialect{}.QuoteIdent(index) + `), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)`
+}
+
 // Recover implements sqlqueue.Dialect. "state > 0" repeats the lease
-// index's filter so the optimizer can match it. maxAttempts <= 0 (retry
-// forever) is sent as the largest int.
+// index's filter so the optimizer can match it, and the plan seeks that
+// index (sweepHints). maxAttempts <= 0 (retry forever) is sent as the
+// largest int.
 func (Dialect) Recover(q sqlqueue.Queue, maxAttempts, limit int) sqlqueue.Stmt {
 	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
-UPDATE TOP (@p1) `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-SET state = 0, owner = NULL, lease_until = NULL
+UPDATE TOP (@p1) q SET state = 0, owner = NULL, lease_until = NULL
 OUTPUT inserted.id INTO @t
-WHERE state > 0 AND lease_until <= @now AND (state = 1 OR attempts < @p2);
+FROM `+q.Table+` AS q`+sweepHints(q.Name+"_leased")+`
+WHERE q.state > 0 AND q.lease_until <= @now AND (q.state = 1 OR q.attempts < @p2);
 SELECT id FROM @t;`, int64(limit), attemptsCap(maxAttempts))
 }
 
@@ -945,26 +1103,36 @@ func attemptsCap(maxAttempts int) int64 {
 }
 
 // DeadLetterExpired implements sqlqueue.Dialect: one batch, atomic on its
-// own (see DeadLetter).
+// own (see DeadLetter), seeking the lease index (sweepHints).
 func (Dialect) DeadLetterExpired(n sqlqueue.Names, q sqlqueue.Queue, maxAttempts int, reason string, limit int) []sqlqueue.Stmt {
 	return []sqlqueue.Stmt{st(headLocking+`SET XACT_ABORT ON;
 `+deadLetterVar+`BEGIN TRANSACTION;
-DELETE TOP (@p1) FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+DELETE TOP (@p1) q
 OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
-WHERE state > 0 AND lease_until <= @now AND state = 2 AND attempts >= @p2;
+FROM `+q.Table+` AS q`+sweepHints(q.Name+"_leased")+`
+WHERE q.state > 0 AND q.lease_until <= @now AND q.state = 2 AND q.attempts >= @p2;
 `+copyToErrors(n.Errors, "@p3", "@p4"), int64(limit), attemptsCap(maxAttempts), nv(q.Name), nv(reason))}
 }
 
 // DropExpired implements sqlqueue.Dialect. Its predicate matches the
-// expiry index's filter, so it seeks the pending rows that have a
-// time-to-live instead of reading the backlog.
+// expiry index's filter, and the plan seeks that index (sweepHints): the
+// pending rows that have a time-to-live, never the backlog.
 func (Dialect) DropExpired(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
 	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
-DELETE TOP (@p1) FROM `+q.Table+` WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+DELETE TOP (@p1) q
 OUTPUT deleted.id INTO @t
-WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= @now;
+FROM `+q.Table+` AS q`+sweepHints(q.Name+"_expiry")+`
+WHERE q.state = 0 AND q.expires_at IS NOT NULL AND q.expires_at <= @now;
 SELECT id FROM @t;`, int64(limit))
 }
+
+// SplitSweep implements sqlqueue.SweepSplitter: true. Each statement of a
+// sweep (DeadLetterStray, Recover, DeadLetterExpired, DropExpired) commits
+// in a transaction of its own, which takes the sweep lock again, so that
+// the rows one statement locks are released when it ends rather than held
+// while the next ones run: a claim or a settlement waits behind a sweep
+// for one statement at most.
+func (Dialect) SplitSweep() bool { return true }
 
 // sessionQuery reads what Check verifies, for this session and database.
 // sys.dm_exec_sessions always shows a session its own row, and

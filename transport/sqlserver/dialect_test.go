@@ -169,6 +169,8 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"CreateQueue":       d.CreateQueue(q),
 		"Subscribe":         {d.Subscribe(n, q), d.Subscriptions(n, "t")},
 		"Insert":            d.Insert(q, rows),
+		"InsertInTx":        d.InsertInTx(q, rows),
+		"CompleteInTx":      {d.CompleteInTx(q, testRefs)},
 		"Claim":             {d.Claim(q, 1, 64, time.Minute)},
 		"MultiProbe":        {d.MultiProbe(probeQueues[:1]), d.MultiProbe(probeQueues)},
 		"Begin":             {d.Begin(q, testRefs, time.Second)},

@@ -40,7 +40,14 @@
 // fine: claims read with READCOMMITTEDLOCK) or REPEATABLE READ, with the
 // SET options filtered indexes need (go-mssqldb's defaults). Dialect.Check
 // verifies all of this when a publisher or subscriber starts and reports
-// every problem at once; a SNAPSHOT session is rejected.
+// every problem at once; a SNAPSHOT session is rejected. A connection the
+// pool hands out later may carry another level (SQL Server does not reset
+// it): every batch Berth sends on its own account sets READ COMMITTED at
+// its head, while those inside a caller's transaction (PublishInTx, the
+// handler's transaction) run at the caller's level.
+//
+// A message (metadata and payload) is at most MaxMessageSize, 16 MiB:
+// PublisherConfig.MaxMessageSize may not be set higher.
 //
 // Permissions: SELECT, INSERT, UPDATE, DELETE on the tables, and EXECUTE
 // on sp_getapplock (public by default). Creating the schema needs CREATE

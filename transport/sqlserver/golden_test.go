@@ -268,6 +268,7 @@ const goldenSelectSubscriptions = `SET NOCOUNT ON;
 SELECT queue_table FROM [app].[berth_subscriptions] WHERE topic = @p1 ORDER BY consumer_group;`
 
 const goldenInsert2 = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
 DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
@@ -344,54 +345,65 @@ SELECT N'berth_q_orders__billing' AS queue_table,
 	CASE WHEN EXISTS (SELECT TOP (1) 1 FROM [app].[berth_q_orders__billing] WITH (READPAST, READCOMMITTEDLOCK)) THEN 0 ELSE 1 END AS empty;`
 
 const goldenBegin = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL, attempts int NOT NULL);
 UPDATE q SET state = 2, attempts = q.attempts + 1, lease_until = DATEADD(millisecond, CAST(@p2 % 1000 AS int), DATEADD(second, CAST(@p2 / 1000 AS int), @now))
 OUTPUT inserted.id, inserted.attempts INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 1;
+WHERE q.state = 1
+OPTION (LOOP JOIN);
 SELECT id, attempts FROM @t;`
 
 const goldenComplete = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @t TABLE (id bigint NOT NULL);
 DELETE q
 OUTPUT deleted.id INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 2;
+WHERE q.state = 2
+OPTION (LOOP JOIN);
 SELECT id FROM @t;`
 
 const goldenRenew = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET lease_until = DATEADD(millisecond, CAST(@p2 % 1000 AS int), DATEADD(second, CAST(@p2 / 1000 AS int), @now))
 OUTPUT inserted.id INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 2;
+WHERE q.state = 2
+OPTION (LOOP JOIN);
 SELECT id FROM @t;`
 
 const goldenRetry = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = DATEADD(millisecond, CAST(r.delay_ms % 1000 AS int), DATEADD(second, CAST(r.delay_ms / 1000 AS int), @now))
 OUTPUT inserted.id INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 2;
+WHERE q.state = 2
+OPTION (LOOP JOIN);
 SELECT id FROM @t;`
 
 const goldenRelease = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @t TABLE (id bigint NOT NULL);
 UPDATE q SET state = 0, owner = NULL, lease_until = NULL
 OUTPUT inserted.id INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (ROWLOCK)
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
-WHERE q.state = 1;
+WHERE q.state = 1
+OPTION (LOOP JOIN);
 SELECT id FROM @t;`
 
 const goldenDeadLetter = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 SET XACT_ABORT ON;
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL);
@@ -408,10 +420,10 @@ const goldenRecover = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
-UPDATE TOP (@p1) [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-SET state = 0, owner = NULL, lease_until = NULL
+UPDATE TOP (@p1) q SET state = 0, owner = NULL, lease_until = NULL
 OUTPUT inserted.id INTO @t
-WHERE state > 0 AND lease_until <= @now AND (state = 1 OR attempts < @p2);
+FROM [app].[berth_q_orders__billing] AS q WITH (INDEX([berth_q_orders__billing_leased]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE q.state > 0 AND q.lease_until <= @now AND (q.state = 1 OR q.attempts < @p2);
 SELECT id FROM @t;`
 
 const goldenDeadLetterExpired = `SET NOCOUNT ON;
@@ -420,9 +432,10 @@ DECLARE @now datetime2(3) = SYSUTCDATETIME();
 SET XACT_ABORT ON;
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL);
 BEGIN TRANSACTION;
-DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+DELETE TOP (@p1) q
 OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at INTO @t
-WHERE state > 0 AND lease_until <= @now AND state = 2 AND attempts >= @p2;
+FROM [app].[berth_q_orders__billing] AS q WITH (INDEX([berth_q_orders__billing_leased]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE q.state > 0 AND q.lease_until <= @now AND q.state = 2 AND q.attempts >= @p2;
 INSERT INTO [app].[berth_errors] (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
 SELECT @p3, uuid, headers, body, attempts, @p4, id, created_at, @now FROM @t ORDER BY id;
 COMMIT TRANSACTION;
@@ -432,9 +445,10 @@ const goldenDropExpired = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
-DELETE TOP (@p1) FROM [app].[berth_q_orders__billing] WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+DELETE TOP (@p1) q
 OUTPUT deleted.id INTO @t
-WHERE state = 0 AND expires_at IS NOT NULL AND expires_at <= @now;
+FROM [app].[berth_q_orders__billing] AS q WITH (INDEX([berth_q_orders__billing_expiry]), FORCESEEK, UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE q.state = 0 AND q.expires_at IS NOT NULL AND q.expires_at <= @now;
 SELECT id FROM @t;`
 
 const goldenQueueTables = `SET NOCOUNT ON;

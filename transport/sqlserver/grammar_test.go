@@ -15,6 +15,9 @@ var (
 	execPart   = regexp.MustCompile(`^(N?'([^']|'')*'|@[A-Za-z_][A-Za-z0-9_]*)$`)
 	aggConcat  = regexp.MustCompile(`(?i)\bSELECT\s+@[A-Za-z_][A-Za-z0-9_]*\s*(\+=|=\s*@[A-Za-z_][A-Za-z0-9_]*\s*\+)`)
 	fromClause = regexp.MustCompile(`(?i)\bFROM\b`)
+	// dmlTarget is an UPDATE or DELETE whose target carries hints.
+	dmlTarget = regexp.MustCompile(`(?i)\b(UPDATE|DELETE)\s+(TOP\s*\([^)]*\)\s*)?(FROM\s+)?[\[\]\w.@]+\s+WITH\s*\(`)
+	seekHint  = regexp.MustCompile(`(?i)\b(INDEX\s*\(|FORCESEEK|FORCESCAN)`)
 )
 
 // checkGrammar reports T-SQL that SQL Server's grammar refuses, or whose
@@ -23,7 +26,10 @@ var (
 //   - EXEC(…) takes only string literals and variables joined with "+"
 //     (a function call such as QUOTENAME inside it fails to parse);
 //   - SELECT @v += … FROM … (aggregate concatenation) is undefined over
-//     several rows.
+//     several rows;
+//   - an UPDATE or DELETE target takes only the limited table hints: no
+//     INDEX, FORCESEEK or FORCESCAN (name the table in a FROM clause,
+//     where every hint is allowed).
 func checkGrammar(sql string) []string {
 	var problems []string
 	for _, loc := range execCall.FindAllStringIndex(sql, -1) {
@@ -43,6 +49,12 @@ func checkGrammar(sql string) []string {
 		stmt = stmt[:statementEnd(stmt)]
 		if fromClause.MatchString(stmt) {
 			problems = append(problems, "aggregate concatenation (SELECT @v += … FROM …) is undefined over several rows: "+strings.Join(strings.Fields(stmt), " "))
+		}
+	}
+	for _, loc := range dmlTarget.FindAllStringIndex(sql, -1) {
+		hints, ok := parenBody(sql[loc[1]:])
+		if ok && seekHint.MatchString(hints) {
+			problems = append(problems, "an UPDATE or DELETE target takes no INDEX, FORCESEEK or FORCESCAN hint: "+strings.Join(strings.Fields(sql[loc[0]:loc[1]]+hints+")"), " "))
 		}
 	}
 	return problems
@@ -132,6 +144,8 @@ func TestCheckGrammarCatches(t *testing.T) {
 		`DECLARE @sql nvarchar(max) = N'';
 SELECT @sql += N'DROP TABLE ' + QUOTENAME(t.name) + N'; ' FROM sys.tables AS t;`,
 		`SELECT @s = @s + name FROM sys.tables;`,
+		`UPDATE TOP (@p1) [a].[q] WITH (INDEX([q_leased]), FORCESEEK, UPDLOCK) SET state = 0;`,
+		`DELETE TOP (@p1) FROM [a].[q] WITH (FORCESEEK, READPAST, READCOMMITTEDLOCK) WHERE state = 0;`,
 	}
 	for _, s := range bad {
 		if len(checkGrammar(s)) == 0 {
@@ -143,6 +157,8 @@ SELECT @sql += N'DROP TABLE ' + QUOTENAME(t.name) + N'; ' FROM sys.tables AS t;`
 		`EXEC(@sql + N';')`,
 		`SET @sql = N'DROP SCHEMA ' + QUOTENAME(@s); EXEC sp_executesql @sql;`,
 		`SELECT TOP (1) @sql = N'DROP TABLE ' + QUOTENAME(t.name) FROM sys.tables AS t;`,
+		`UPDATE TOP (@p1) q SET state = 0 FROM [a].[q] AS q WITH (INDEX([q_leased]), FORCESEEK, UPDLOCK) WHERE q.state > 0;`,
+		`DELETE FROM [a].[q] WITH (ROWLOCK) WHERE id = @p1;`,
 	}
 	for _, s := range good {
 		if p := checkGrammar(s); len(p) != 0 {
