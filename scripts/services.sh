@@ -367,7 +367,7 @@ pg_stop() {
 
 CHROMIUM=/usr/bin/chromium
 
-# chromium_setup installs Debian's chromium for internal/console's browser
+# chromium_setup installs Debian's chromium for console's browser
 # tests (driven with chromedp) when it is missing: as root with apt-get,
 # else it is a missing service.
 chromium_setup() {

@@ -13,8 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berth-go/berth/internal/console"
-	"github.com/berth-go/berth/internal/inspect"
+	"github.com/berth-go/berth/console"
 )
 
 func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,21 +67,14 @@ every action and the API refuses them.`, stderr)
 	if err := console.CheckListen(*addr, auth); err != nil {
 		return usagef("%s", strings.TrimPrefix(err.Error(), "console: "))
 	}
-	in, err := inspect.Open(ctx, *u)
+	d, err := console.Open(ctx, *u)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	src, ok := in.(console.Source)
-	if !ok {
-		return fmt.Errorf("%T cannot serve a console", in)
-	}
-	kind := "sqs"
-	if s, ok := in.(*inspect.SQL); ok {
-		kind = s.Kind
-	}
+	defer d.Close()
+	kind := d.Kind
 	srv, err := console.New(console.Config{
-		Source: src, Kind: kind, ReadOnly: *readOnly, Auth: auth, SampleInterval: *sample,
+		Source: d.Source, Kind: kind, ReadOnly: *readOnly, Auth: auth, SampleInterval: *sample,
 		HealthURLs: healthURLs,
 		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

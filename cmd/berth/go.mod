@@ -7,7 +7,7 @@ require (
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/berth-go/berth v0.0.0-00010101000000-000000000000
 	github.com/berth-go/berth/internal/bench v0.0.0-00010101000000-000000000000
-	github.com/berth-go/berth/internal/console v0.0.0-00010101000000-000000000000
+	github.com/berth-go/berth/console v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 )
 
@@ -70,5 +70,5 @@ require (
 replace (
 	github.com/berth-go/berth => ../..
 	github.com/berth-go/berth/internal/bench => ../../internal/bench
-	github.com/berth-go/berth/internal/console => ../../internal/console
+	github.com/berth-go/berth/console => ../../console
 )

@@ -66,7 +66,7 @@ func seqScans(t *testing.T, s *inspect.SQL, query string, args ...any) []string 
 // for its pages — the per-queue dead-letter counts and a dead-letter page,
 // first or deep, by queue or by reason — reads indexes, never the whole
 // error table (issue #18: pages under 200 ms with 100,000 dead letters;
-// BenchmarkPagesPostgres in internal/console times them).
+// BenchmarkPagesPostgres in console times them).
 func TestConsoleQueriesSeek(t *testing.T) {
 	s, err := inspect.OpenSQL(context.Background(), testenv.PostgresSchemaURL(t))
 	if err != nil {
