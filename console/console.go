@@ -39,6 +39,7 @@ const (
 	DefaultPageSize       = 50
 	DefaultPreviewLimit   = 64 << 10
 	DefaultRefresh        = 5 * time.Second
+	DefaultHistoryKeep    = 24 * time.Hour
 )
 
 // ErrInvalidConfig wraps every problem New finds in a Config.
@@ -60,8 +61,21 @@ type Config struct {
 	// SampleInterval is how often the sampler reads the queues' counts
 	// for the history. Defaults to DefaultSampleInterval.
 	SampleInterval time.Duration
-	// Window is how much history is kept. Defaults to DefaultWindow.
+	// Window is how much history is kept in memory at every sample.
+	// Defaults to DefaultWindow.
 	Window time.Duration
+	// HistoryKeep is how much history the database keeps, one sample per
+	// queue and minute, so a restarted console still shows it: on SQL
+	// transports a read-write console writes it to the
+	// <prefix>console_history table (created on first use) and deletes
+	// samples older than this; every console, read-only ones too, reads
+	// it at its first sample. A read-only console writes nothing. SQS
+	// has no such table: its history starts empty. Defaults to
+	// DefaultHistoryKeep.
+	HistoryKeep time.Duration
+	// NoStoredHistory keeps the history in memory only: nothing is read
+	// from or written to the database. Defaults to false.
+	NoStoredHistory bool
 	// PageSize is the dead letters per page. Defaults to DefaultPageSize.
 	PageSize int
 	// PreviewLimit caps the body preview, in bytes. Defaults to
@@ -113,6 +127,11 @@ type Server struct {
 	static  http.Handler
 	history *history
 	health  *healthPoller // nil without HealthURLs
+	store   historyStore  // nil without a database history
+
+	storeMu  sync.Mutex // guards loaded and recorded, and orders the database history's calls
+	loaded   bool       // the stored history was read
+	recorded time.Time  // the minute last written
 
 	mu      sync.Mutex
 	started bool
@@ -127,8 +146,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Source == nil {
 		errs = append(errs, errors.New("Source is required"))
 	}
-	if cfg.SampleInterval < 0 || cfg.Window < 0 || cfg.PageSize < 0 || cfg.PreviewLimit < 0 || cfg.Refresh < 0 {
-		errs = append(errs, errors.New("SampleInterval, Window, PageSize, PreviewLimit and Refresh must not be negative"))
+	if cfg.SampleInterval < 0 || cfg.Window < 0 || cfg.HistoryKeep < 0 || cfg.PageSize < 0 || cfg.PreviewLimit < 0 || cfg.Refresh < 0 {
+		errs = append(errs, errors.New("SampleInterval, Window, HistoryKeep, PageSize, PreviewLimit and Refresh must not be negative"))
 	}
 	if cfg.PageSize > 1000 {
 		errs = append(errs, fmt.Errorf("PageSize %d is over 1000", cfg.PageSize))
@@ -157,6 +176,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Window == 0 {
 		cfg.Window = DefaultWindow
 	}
+	if cfg.HistoryKeep == 0 {
+		cfg.HistoryKeep = DefaultHistoryKeep
+	}
 	if cfg.PageSize == 0 {
 		cfg.PageSize = DefaultPageSize
 	}
@@ -177,7 +199,10 @@ func New(cfg Config) (*Server, error) {
 	srv := &Server{
 		cfg:     cfg,
 		static:  http.StripPrefix("/static/", http.FileServerFS(static)),
-		history: newHistory(cfg.Window),
+		history: newHistory(cfg.Window, max(cfg.Window, cfg.HistoryKeep)),
+	}
+	if st, ok := cfg.Source.(historyStore); ok && !cfg.NoStoredHistory {
+		srv.store = st
 	}
 	pages, err := srv.parsePages()
 	if err != nil {
@@ -271,5 +296,37 @@ func (s *Server) SampleNow(ctx context.Context) {
 		}
 		return
 	}
-	s.history.add(s.cfg.Now(), qs)
+	now := s.cfg.Now()
+	if s.store == nil {
+		s.history.add(now, qs)
+		return
+	}
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
+	if !s.loaded {
+		stored, err := s.store.History(rctx, now.Add(-s.cfg.HistoryKeep))
+		if err != nil {
+			s.cfg.Logger.Warn("console: read the stored history", "err", err)
+		} else {
+			s.history.load(now, stored)
+			s.loaded = true
+		}
+	}
+	s.history.add(now, qs)
+	s.recordHistory(rctx, now, qs)
+}
+
+// recordHistory writes this minute's samples unless the console is
+// read-only or wrote them already. A failure is logged and tried again at
+// the next sample. The caller holds storeMu.
+func (s *Server) recordHistory(ctx context.Context, now time.Time, qs []inspect.QueueStats) {
+	minute := now.Truncate(time.Minute)
+	if s.cfg.ReadOnly || !minute.After(s.recorded) {
+		return
+	}
+	if err := s.store.RecordHistory(ctx, now, qs, now.Add(-s.cfg.HistoryKeep)); err != nil {
+		s.cfg.Logger.Warn("console: store the history", "err", err)
+		return
+	}
+	s.recorded = minute
 }

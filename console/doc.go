@@ -1,6 +1,6 @@
 // Package console serves Berth's web console, standalone (berth console)
 // or mounted in a service: the queues of one deployment
-// with their counts and an hour of history, and its dead letters to browse,
+// with their counts and a day of history, and its dead letters to browse,
 // replay and delete, as server-rendered pages and a small JSON API. It
 // works on any Source (internal/inspect's SQL and SQS inspectors).
 //
@@ -68,6 +68,9 @@
 // # Goroutines
 //
 // Start starts one sampler goroutine that reads the queues' counts every
-// SampleInterval into an in-memory window; Close stops it and waits. The
-// pages poll the API for live counts: the server holds no connection open.
+// SampleInterval into an in-memory window and, on SQL, one sample a
+// minute into the database (read-write consoles; every console reads it
+// at its first sample), so a restart keeps the last day; Close stops it
+// and waits. The pages poll the API for live counts: the server holds no
+// connection open.
 package console

@@ -756,7 +756,23 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name)), "Flash": pauseFlash(r.URL.Query()), "Browse": s.messages() != nil})
+	s.render(w, r, "queue", "Queue "+q.Name, "queues", map[string]any{"Q": q, "Samples": len(s.history.get(q.Name)), "Span": span(s.historySpan()), "Stored": s.store != nil, "Window": span(s.cfg.Window), "Flash": pauseFlash(r.URL.Query()), "Browse": s.messages() != nil})
+}
+
+// historySpan is how far back the history chart goes.
+func (s *Server) historySpan() time.Duration {
+	if s.store != nil {
+		return max(s.cfg.Window, s.cfg.HistoryKeep)
+	}
+	return s.cfg.Window
+}
+
+// span writes d as "1h", "24h" or "30m0s".
+func span(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
+	return d.String()
 }
 
 func (s *Server) historySVG(w http.ResponseWriter, r *http.Request) {
@@ -767,14 +783,19 @@ func (s *Server) historySVG(w http.ResponseWriter, r *http.Request) {
 	}
 	hs := s.history.get(q.Name)
 	now := s.cfg.Now()
+	// Beyond two hours (the stored history), the x axis is in hours.
+	unit, xlabel := 1.0, "minutes from now"
+	if len(hs) > 0 && now.Sub(hs[0].At) > 2*time.Hour {
+		unit, xlabel = 60, "hours from now"
+	}
 	lines := []chart.Line{{Name: "ready"}, {Name: "delayed"}, {Name: "in flight"}, {Name: "dead-lettered"}}
 	for _, h := range hs {
-		x := -now.Sub(h.At).Minutes()
+		x := -now.Sub(h.At).Minutes() / unit
 		for i, v := range []int64{h.Ready, h.Delayed, h.InFlight, h.DeadLettered} {
 			lines[i].Points = append(lines[i].Points, chart.XY{X: x, Y: float64(v)})
 		}
 	}
-	c := chart.Lines{Title: q.Name + " — last " + s.cfg.Window.String(), XLabel: "minutes from now", YLabel: "messages", Lines: lines}
+	c := chart.Lines{Title: q.Name + " — last " + span(s.historySpan()), XLabel: xlabel, YLabel: "messages", Lines: lines}
 	var b bytes.Buffer
 	if len(hs) == 0 {
 		c.Lines = []chart.Line{{Name: "no samples yet", Points: []chart.XY{{X: 0, Y: 0}}}}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -21,15 +22,38 @@ type Sample struct {
 	Drained float64 `json:"drained_per_minute"`
 }
 
-// history is the rolling window of samples by queue.
-type history struct {
-	mu     sync.Mutex
-	window time.Duration
-	byName map[string][]Sample
+// historyStore is a Source that keeps the console's history in its
+// database (inspect.SQL): one sample per queue and minute.
+type historyStore interface {
+	// RecordHistory stores qs as the minute of at and deletes each
+	// queue's samples older than before.
+	RecordHistory(ctx context.Context, at time.Time, qs []inspect.QueueStats, before time.Time) error
+	// History returns the stored samples taken at or after since.
+	History(ctx context.Context, since time.Time) ([]inspect.HistorySample, error)
 }
 
-func newHistory(window time.Duration) *history {
-	return &history{window: window, byName: map[string][]Sample{}}
+// history holds the samples by queue: every sample of the last window
+// (dense), and one a minute for the last keep (minutes), read from the
+// database at start and added to as the sampler runs.
+type history struct {
+	mu      sync.Mutex
+	window  time.Duration
+	keep    time.Duration
+	byName  map[string][]Sample
+	minutes map[string][]Sample
+}
+
+func newHistory(window, keep time.Duration) *history {
+	return &history{window: window, keep: keep, byName: map[string][]Sample{}, minutes: map[string][]Sample{}}
+}
+
+func drained(p, s Sample) float64 {
+	dt := s.At.Sub(p.At).Minutes()
+	if dt <= 0 {
+		return -1
+	}
+	drop := (p.Ready + p.Delayed + p.InFlight) - (s.Ready + s.Delayed + s.InFlight)
+	return max(0, float64(drop)) / dt
 }
 
 func (h *history) add(now time.Time, qs []inspect.QueueStats) {
@@ -39,17 +63,66 @@ func (h *history) add(now time.Time, qs []inspect.QueueStats) {
 		s := Sample{At: now, Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, DeadLettered: q.DeadLettered, Drained: -1}
 		prev := h.byName[q.Queue]
 		if n := len(prev); n > 0 {
-			p := prev[n-1]
-			if dt := now.Sub(p.At).Minutes(); dt > 0 {
-				drop := (p.Ready + p.Delayed + p.InFlight) - (s.Ready + s.Delayed + s.InFlight)
-				s.Drained = max(0, float64(drop)) / dt
-			}
+			s.Drained = drained(prev[n-1], s)
 		}
 		cut := 0
 		for cut < len(prev) && now.Sub(prev[cut].At) > h.window {
 			cut++
 		}
 		h.byName[q.Queue] = append(prev[cut:], s)
+		h.addMinute(q.Queue, s, now)
+	}
+}
+
+// addMinute appends s to the queue's minutes unless its minute is there.
+func (h *history) addMinute(name string, s Sample, now time.Time) {
+	ms := h.minutes[name]
+	if n := len(ms); n > 0 {
+		if !ms[n-1].At.Truncate(time.Minute).Before(s.At.Truncate(time.Minute)) {
+			return
+		}
+		s.Drained = drained(ms[n-1], s)
+	} else {
+		s.Drained = -1
+	}
+	cut := 0
+	for cut < len(ms) && now.Sub(ms[cut].At) > h.keep {
+		cut++
+	}
+	h.minutes[name] = append(ms[cut:], s)
+}
+
+// load puts stored samples (ordered by queue and time) before the
+// minutes sampled since the console started.
+func (h *history) load(now time.Time, stored []inspect.HistorySample) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byQueue := map[string][]Sample{}
+	for _, st := range stored {
+		if now.Sub(st.At) > h.keep {
+			continue
+		}
+		ms := byQueue[st.Queue]
+		s := Sample{At: st.At, Ready: st.Ready, Delayed: st.Delayed, InFlight: st.InFlight, DeadLettered: st.DeadLettered, Drained: -1}
+		if n := len(ms); n > 0 {
+			s.Drained = drained(ms[n-1], s)
+		}
+		byQueue[st.Queue] = append(ms, s)
+	}
+	for name, old := range byQueue {
+		ms := h.minutes[name]
+		if len(ms) > 0 {
+			first := ms[0].At.Truncate(time.Minute)
+			n := 0
+			for n < len(old) && old[n].At.Truncate(time.Minute).Before(first) {
+				n++
+			}
+			old = old[:n]
+			if n > 0 {
+				ms[0].Drained = drained(old[n-1], ms[0])
+			}
+		}
+		h.minutes[name] = append(old, ms...)
 	}
 }
 
@@ -65,15 +138,28 @@ func (h *history) names() []string {
 	return out
 }
 
-// get returns a copy of the queue's samples, oldest first.
+// get returns the queue's samples, oldest first: one a minute before the
+// dense window, then every one in it.
 func (h *history) get(name string) []Sample {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clone(h.byName[name])
+	dense, ms := h.byName[name], h.minutes[name]
+	if len(dense) == 0 {
+		return slices.Clone(ms)
+	}
+	first := dense[0].At.Truncate(time.Minute)
+	out := make([]Sample, 0, len(ms)+len(dense))
+	for _, m := range ms {
+		if !m.At.Before(first) {
+			break
+		}
+		out = append(out, m)
+	}
+	return append(out, dense...)
 }
 
-// rate is the queue's mean drain rate per minute over the window; -1 when
-// there are fewer than two samples.
+// rate is the queue's mean drain rate per minute over the dense window;
+// -1 when there are fewer than two samples.
 func (h *history) rate(name string) float64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()

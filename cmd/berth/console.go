@@ -19,8 +19,9 @@ import (
 func consoleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("berth console", "berth console --url URL [--addr 127.0.0.1:8080] [--read-only] [--health-url URL]...", `
 Serves a web console for the deployment of a transport URL (postgres://,
-sqlite://, sqlserver://, sqs://): every queue's counts with an hour of
-history sampled while it runs, and the dead letters to browse, replay and
+sqlite://, sqlserver://, sqs://): every queue's counts with their
+history (on SQL a day of it, one sample a minute kept in the database by
+read-write consoles), and the dead letters to browse, replay and
 delete. The pages and a JSON API (/api/queues, /api/deadletters, …) are
 served from this binary.
 
