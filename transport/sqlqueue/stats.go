@@ -35,8 +35,8 @@ type Stats struct {
 	// for the next rows of ordering keys this subscriber settled (the
 	// hand-off, see KeyClaimer).
 	KeyClaims int64
-	Begins        int64 // lease-gate statements (group-committed)
-	Completes     int64 // ack statements (group-committed)
+	Begins    int64 // lease-gate statements (group-committed)
+	Completes int64 // ack statements (group-committed)
 	// RiddenAcks counts acks carried by a claim statement (no Complete
 	// statement of their own; see SubscriberConfig.AckHold).
 	RiddenAcks  int64
