@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -383,7 +384,7 @@ func TestBrowserFleetFaulted(t *testing.T) {
 	}
 	rep.Start()
 	t.Cleanup(func() { _ = rep.Close() })
-	if _, err := rsub.Subscribe(context.Background(), "invoices"); err != nil {
+	if _, err := rsub.Subscribe(context.Background(), "invoices_of_the_accounting_department_in_eu_west_1"); err != nil {
 		t.Fatal(err)
 	}
 	waitCond(t, "a faulted report", func() bool {
@@ -399,7 +400,7 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		return err == nil && len(ls) == 2
 	})
 	ctx := browser(t, nil)
-	row := `#fleet tr[data-name^="invoices "]`
+	row := `#fleet tr[data-name^="invoices_of_the_accounting_department_in_eu_west_1 "]`
 	run(t, ctx, chromedp.Navigate(c.http.URL+"/fleet"), chromedp.WaitVisible(chromedp.CSS(row)))
 	if got := textOf(t, ctx, row+` [data-status]`); got != "faulted" {
 		t.Errorf("faulted listener's status badge %q", got)
@@ -414,6 +415,25 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		t.Errorf("summary %q", got)
 	}
 	run(t, ctx, chromedp.Click(chromedp.CSS(row+` details summary`)))
+	// In a 1280 px window (main is at most 1200 px) every column shows
+	// without scrolling the table, and the fault's text wraps in lines of
+	// at least 30 characters, not a handful.
+	for _, w := range []int64{1280, 390} {
+		run(t, ctx, chromedp.EmulateViewport(w, 900))
+		noSideways(t, ctx, fmt.Sprintf("/fleet at %d px", w))
+		if w != 1280 {
+			continue
+		}
+		sw, cw := eval[int](t, ctx, `document.getElementById("fleet").scrollWidth`), eval[int](t, ctx, `document.getElementById("fleet").parentElement.clientWidth`)
+		t.Logf("fleet table at %d px: %d px in %d px", w, sw, cw)
+		if sw > cw {
+			t.Errorf("the fleet table needs %d px in %d px: columns fall off", sw, cw)
+		}
+		if ch := eval[float64](t, ctx, `(p => p.getBoundingClientRect().width / (parseFloat(getComputedStyle(p).fontSize) * 0.6))(document.querySelector('`+row+` [data-field="fault"]'))`); ch < 30 {
+			t.Errorf("the fault's text wraps at about %.0f characters", ch)
+		}
+	}
+	run(t, ctx, chromedp.EmulateViewport(1200, 900))
 	shoot(t, ctx, "fleet")
 	// Filtering as you type keeps the faulted one only.
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`#q`), "faulted"))

@@ -337,6 +337,7 @@ func (s *Server) pausePage(w http.ResponseWriter, r *http.Request) {
 		}
 		s.render(w, r, "pauseconfirm", "Confirm "+action, "queues", map[string]any{
 			"Action": action, "Queue": name, "Back": back, "List": r.PostForm.Get("back") == "list",
+			"By": r.PostForm.Get("by"), // typed on the queue page: kept, still editable
 		})
 		return
 	}

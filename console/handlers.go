@@ -270,6 +270,8 @@ func filterQueues(qs []queueView, sub string) []queueView {
 type deadView struct {
 	ID       string            `json:"id"`
 	Queue    string            `json:"queue"`
+	Topic    string            `json:"topic,omitempty"`
+	Group    string            `json:"group,omitempty"`
 	UUID     string            `json:"uuid"`
 	Attempts int               `json:"attempts"`
 	Reason   string            `json:"reason"`
@@ -503,7 +505,26 @@ func (s *Server) pageOf(r *http.Request) (inspect.Filter, []deadView, string, er
 	for i, d := range p.DeadLetters {
 		views[i] = toView(d)
 	}
+	s.withTopics(r.Context(), views)
 	return f, views, p.Next, nil
+}
+
+// withTopics sets each view's Topic and Group from the queues the sampler
+// last saw or, before its first sample, from the Source (left empty when
+// that fails: the queue's name is still shown).
+func (s *Server) withTopics(ctx context.Context, vs []deadView) {
+	tg := s.history.topics()
+	if len(tg) == 0 {
+		if qs, err := s.cfg.Source.Queues(ctx); err == nil {
+			s.history.setTopics(qs)
+			tg = s.history.topics()
+		}
+	}
+	for i := range vs {
+		if t, ok := tg[vs[i].Queue]; ok {
+			vs[i].Topic, vs[i].Group = t.topic, t.group
+		}
+	}
 }
 
 func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -523,6 +544,9 @@ func (s *Server) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	v := toView(d)
 	v.Metadata = d.Metadata
+	vs := []deadView{v}
+	s.withTopics(r.Context(), vs)
+	v = vs[0]
 	view := r.URL.Query().Get("view")
 	if view != "" && view != "text" && view != "json" && view != "hex" {
 		s.fail(w, r, badInput("view=%q: want text, json or hex", view))
@@ -869,6 +893,9 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 	}
 	v := toView(d)
 	v.Metadata = d.Metadata
+	vs := []deadView{v}
+	s.withTopics(r.Context(), vs)
+	v = vs[0]
 	v.Body, v.BodyEncoding, v.Truncated = preview(d.Payload, view, s.cfg.PreviewLimit)
 	s.render(w, r, "deadletter", "Dead letter "+d.ID, "deadletters", map[string]any{"D": v, "Limit": s.cfg.PreviewLimit})
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -41,10 +42,14 @@ type history struct {
 	keep    time.Duration
 	byName  map[string][]Sample
 	minutes map[string][]Sample
+	tg      map[string]topicGroup // each queue's topic and group, as last sampled
 }
 
+// topicGroup is a queue's topic and consumer group.
+type topicGroup struct{ topic, group string }
+
 func newHistory(window, keep time.Duration) *history {
-	return &history{window: window, keep: keep, byName: map[string][]Sample{}, minutes: map[string][]Sample{}}
+	return &history{window: window, keep: keep, byName: map[string][]Sample{}, minutes: map[string][]Sample{}, tg: map[string]topicGroup{}}
 }
 
 func drained(p, s Sample) float64 {
@@ -59,6 +64,7 @@ func drained(p, s Sample) float64 {
 func (h *history) add(now time.Time, qs []inspect.QueueStats) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.setTopicsLocked(qs)
 	for _, q := range qs {
 		s := Sample{At: now, Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight, DeadLettered: q.DeadLettered, Drained: -1}
 		prev := h.byName[q.Queue]
@@ -124,6 +130,27 @@ func (h *history) load(now time.Time, stored []inspect.HistorySample) {
 		}
 		h.minutes[name] = append(old, ms...)
 	}
+}
+
+func (h *history) setTopics(qs []inspect.QueueStats) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.setTopicsLocked(qs)
+}
+
+func (h *history) setTopicsLocked(qs []inspect.QueueStats) {
+	for _, q := range qs {
+		if q.Topic != "" {
+			h.tg[q.Queue] = topicGroup{q.Topic, q.Group}
+		}
+	}
+}
+
+// topics returns a copy of each queue's topic and group.
+func (h *history) topics() map[string]topicGroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.tg)
 }
 
 // names returns the sampled queues' names, sorted.
