@@ -80,8 +80,10 @@ const (
 
 // Dialect is the SQL Server (T-SQL) dialect: every statement of the
 // transport on SQL Server is in this file. It implements
-// sqlqueue.Dialect, sqlqueue.SessionChecker and
-// sqlqueue.MissingTableClassifier. The zero value is ready to use.
+// sqlqueue.Dialect, sqlqueue.SessionChecker,
+// sqlqueue.MissingTableClassifier, sqlqueue.DirectDialect (claims straight
+// into processing) and sqlqueue.AckRider (acks carried by claims). The
+// zero value is ready to use.
 //
 // # Plan reuse
 //
@@ -108,6 +110,8 @@ var (
 	_ sqlqueue.QueueMigrator          = Dialect{}
 	_ sqlqueue.CallerTxDialect        = Dialect{}
 	_ sqlqueue.SweepSplitter          = Dialect{}
+	_ sqlqueue.DirectDialect          = Dialect{}
+	_ sqlqueue.AckRider               = Dialect{}
 )
 
 // nv declares s as nvarchar(max), whatever its length (see Plan reuse).
@@ -859,26 +863,121 @@ const claimHead = head + "SET DEADLOCK_PRIORITY LOW;\nSET TRANSACTION ISOLATION 
 // version during a rolling upgrade): a key may then be claimed out of
 // order, but still one row at a time.
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
-	d := Dialect{}
 	return st(claimHead+`DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY);
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL);
-INSERT INTO @c (id)
-SELECT TOP (@p1) p.id
-FROM `+q.Table+` AS p WITH (INDEX(`+d.QuoteIdent(q.Name+"_pending")+`), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+`+claimPick(q, "id", "")+claimTake(q, "state = 1, owner = @p2, lease_until = "+after("@p3"), "")+`SELECT id, uuid, headers, body, attempts FROM @t;`,
+		int64(n), owner, ms(fetchTimeout))
+}
+
+// claimPick is the claim's pick (see Claim): the ids of at most @p1
+// claimable rows into @c's columns cols, oldest due first, each with the
+// expressions extra after its id.
+func claimPick(q sqlqueue.Queue, cols, extra string) string {
+	d := Dialect{}
+	return `INSERT INTO @c (` + cols + `)
+SELECT TOP (@p1) p.id` + extra + `
+FROM ` + q.Table + ` AS p WITH (INDEX(` + d.QuoteIdent(q.Name+"_pending") + `), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
 	AND (p.ordering_key IS NULL OR (
-		NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WITH (INDEX(`+d.QuoteIdent(q.Name+"_key")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+		NOT EXISTS (SELECT 1 FROM ` + q.Table + ` AS e WITH (INDEX(` + d.QuoteIdent(q.Name+"_key") + `), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
-		AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS f WITH (INDEX(`+d.QuoteIdent(q.Name+"_inflight")+`), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+		AND NOT EXISTS (SELECT 1 FROM ` + q.Table + ` AS f WITH (INDEX(` + d.QuoteIdent(q.Name+"_inflight") + `), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
 ORDER BY p.due_at, p.id;
-UPDATE q SET state = 1, owner = @p2, lease_until = `+after("@p3")+`
-OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts INTO @t
-FROM `+q.Table+` AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+`
+}
+
+// claimTake is the claim's take (see Claim): the rows of @c still
+// pending and due, set by set, output with the columns id, uuid, headers,
+// body, attempts and the expressions extra into @t.
+func claimTake(q sqlqueue.Queue, set, extra string) string {
+	return `UPDATE q SET ` + set + `
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts` + extra + ` INTO @t
+FROM ` + q.Table + ` AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
 INNER JOIN @c AS c ON q.id = c.id
 WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
-SELECT id, uuid, headers, body, attempts FROM @t;`,
-		int64(n), owner, ms(fetchTimeout))
+`
+}
+
+// The direct claim's table variables: @c numbers the picked rows' claim
+// order into started (the first @p4 of them), and @t holds the state of
+// each row it returns, and (ClaimComplete) the rows deleted, with NULL
+// headers and body.
+const directVars = `DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY, started bit NOT NULL);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NULL, body varbinary(max) NULL, attempts int NOT NULL, state smallint NOT NULL);
+`
+
+// directClaim is ClaimDirect's pick and take: Claim's pick, numbering the
+// rows in claim order (ROW_NUMBER over the pick's own ORDER BY, which the
+// pending index's seek already delivers: no sort), and a take that sets
+// the first @p4 to processing as Begin would (attempts + 1, the lease
+// @p5) and the others to fetched (the fetch timeout @p3).
+func directClaim(q sqlqueue.Queue) string {
+	return claimPick(q, "id, started", ", CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END") +
+		claimTake(q, `state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
+	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
+	lease_until = CASE WHEN c.started = 1 THEN `+after("@p5")+` ELSE `+after("@p3")+` END`, ", inserted.state")
+}
+
+// ClaimDirect implements sqlqueue.DirectDialect: Claim's batch (its head,
+// its pick and its take, with every property Claim documents), whose pick
+// also numbers the rows it picks in claim order, and whose take sets the
+// first direct of them (@p4, the oldest due) to processing as Begin would
+// — attempts + 1, the lease (@p5) — and the others to fetched with the
+// fetch timeout (@p3), in the same UPDATE: one statement where a claim
+// and a Begin were two. It returns the columns id, uuid, headers, body,
+// attempts, state.
+//
+// The numbering is the pick's: a picked row that another claim takes
+// before this take reaches it (the pick locks nothing) is skipped by the
+// take with its number, so a claim that loses rows may start fewer than
+// direct, never more (transport.DirectClaimer allows at most direct); the
+// receive loop then frees the permits it had reserved for them.
+func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
+	return st(claimHead+directVars+directClaim(q)+`SELECT id, uuid, headers, body, attempts, state FROM @t;`,
+		int64(n), owner, ms(fetchTimeout), int64(max(direct, 0)), ms(lease))
+}
+
+// ClaimComplete implements sqlqueue.AckRider: ClaimDirect's batch with
+// Complete's DELETE of the done refs (@p6; fenced as Complete's: id, owner,
+// state 2, pinned the same way) before the pick, its rows output into @t
+// with state sqlqueue.StateAcked. The batch is one transaction
+// (XACT_ABORT: an error rolls back the acks with the claim), so a claim
+// run again after a deadlock or a lost reply finds its acks again rather
+// than reporting them lost because its first run had committed them.
+//
+// The pick runs after the DELETE in the same transaction and sees it: a
+// keyed row whose head the batch deletes heads its key at once and can be
+// claimed by the same batch (PostgreSQL's statement, one snapshot, cannot;
+// either keeps the key's order, since the head is gone). The deleted rows
+// stay locked until the batch commits, so another claim's key probe of
+// such a key waits for this batch, which lasts one claim: two such batches
+// that each wait for a key the other just settled deadlock, and one of them
+// (DEADLOCK_PRIORITY LOW, both) is rolled back whole and run again.
+func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
+	return st(claimHead+`SET XACT_ABORT ON;
+`+directVars+`BEGIN TRANSACTION;
+DELETE q
+OUTPUT deleted.id, N'', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+` INTO @t
+FROM `+q.Table+` AS q`+settledHints+`
+INNER JOIN `+strings.Replace(refsTable, "@p1", "@p6", 1)+`
+WHERE q.state = 2`+pinLoop+`;
+`+directClaim(q)+`COMMIT TRANSACTION;
+SELECT id, uuid, headers, body, attempts, state FROM @t;`,
+		int64(n), owner, ms(fetchTimeout), int64(max(direct, 0)), ms(lease), nv(refsJSON(done)))
+}
+
+// ReleaseDirect implements sqlqueue.DirectDialect: Release for rows that
+// ClaimDirect started and that never reached user code, fenced on state 2,
+// taking back the attempt the claim counted; pinned as every settlement.
+func (Dialect) ReleaseDirect(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	return st(headRC+`DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL, attempts = CASE WHEN q.attempts > 0 THEN q.attempts - 1 ELSE 0 END
+OUTPUT inserted.id INTO @t
+FROM `+q.Table+` AS q`+settledHints+`
+INNER JOIN `+refsTable+`
+WHERE q.state = 2`+pinLoop+`;
+SELECT id FROM @t;`, nv(refsJSON(refs)))
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, TOP (1) seeks of

@@ -66,6 +66,7 @@ type fakeTDS struct {
 	log     []string                  // every request's text and every BEGIN, COMMIT and ROLLBACK, in order
 	fails   []failRule                // errors for the next matching requests, first rule first
 	answer  func(text string) [][]any // rows for a request's text (see Answer)
+	calling func(c rpcCall) [][]any   // rows for a request and its arguments (see AnswerCall)
 	stall   bool                      // the next RPC or batch waits for an ATTENTION
 	tranID  uint64                    // the last transaction descriptor handed out
 }
@@ -143,7 +144,16 @@ func (f *fakeTDS) FailMatching(match string, n int, number int32, msg string) {
 func (f *fakeTDS) Answer(fn func(text string) [][]any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.answer = fn
+	f.answer, f.calling = fn, nil
+}
+
+// AnswerCall is Answer for a function that also reads the request's
+// arguments (none for a SQL batch), the way a fake queue needs to; it
+// replaces Answer's function.
+func (f *fakeTDS) AnswerCall(fn func(c rpcCall) [][]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer, f.calling = nil, fn
 }
 
 // StallNext makes the next RPC or SQL batch (recorded as usual) go
@@ -232,10 +242,10 @@ func (f *fakeTDS) handle(typ byte, msg []byte, pktSize *int) (reply []byte) {
 		r := reader{msg}
 		r.skipAllHeaders()
 		text := ucs2(r.b)
-		return f.record(tokDone, text, func() { f.batches = append(f.batches, text) })
+		return f.record(tokDone, rpcCall{Stmt: text}, func() { f.batches = append(f.batches, text) })
 	case pktRPC:
 		call := readRPC(msg)
-		return f.record(tokDoneProc, call.Stmt, func() { f.calls = append(f.calls, call) })
+		return f.record(tokDoneProc, call, func() { f.calls = append(f.calls, call) })
 	case pktTransMgr:
 		return f.transMgrReply(msg)
 	case pktAttention:
@@ -249,7 +259,8 @@ func (f *fakeTDS) handle(typ byte, msg []byte, pktSize *int) (reply []byte) {
 // record stores a request and answers it: DONE (final, no count), after
 // the rows Answer gives; after FailNext or FailMatching, ERROR + DONE with
 // the error bit; after StallNext, nothing.
-func (f *fakeTDS) record(done byte, text string, add func()) []byte {
+func (f *fakeTDS) record(done byte, call rpcCall, add func()) []byte {
+	text := call.Stmt
 	f.mu.Lock()
 	add()
 	f.log = append(f.log, text)
@@ -263,7 +274,7 @@ func (f *fakeTDS) record(done byte, text string, add func()) []byte {
 			break
 		}
 	}
-	answer := f.answer
+	answer, calling := f.answer, f.calling
 	f.mu.Unlock()
 	switch {
 	case stall:
@@ -272,8 +283,11 @@ func (f *fakeTDS) record(done byte, text string, add func()) []byte {
 		return appendDone(appendError(nil, fail.Number, fail.Message), done, doneError)
 	}
 	var b []byte
-	if answer != nil {
+	switch {
+	case answer != nil:
 		b = appendRows(b, answer(text))
+	case calling != nil:
+		b = appendRows(b, calling(call))
 	}
 	return appendDone(b, done, 0)
 }

@@ -330,6 +330,56 @@ INNER JOIN @c AS c ON q.id = c.id
 WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
 SELECT id, uuid, headers, body, attempts FROM @t;`
 
+// goldenClaimDirect is Claim's batch whose pick numbers its rows and
+// whose take starts the first @p4 of them as Begin would (issue 37 item 9).
+const goldenClaimDirect = `SET NOCOUNT ON;
+SET DEADLOCK_PRIORITY LOW;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY, started bit NOT NULL);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NULL, body varbinary(max) NULL, attempts int NOT NULL, state smallint NOT NULL);
+` + goldenDirectPickTake + `SELECT id, uuid, headers, body, attempts, state FROM @t;`
+
+// goldenDirectPickTake is the pick and take of ClaimDirect and
+// ClaimComplete.
+const goldenDirectPickTake = `INSERT INTO @c (id, started)
+SELECT TOP (@p1) p.id, CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END
+FROM [app].[berth_q_orders__billing] AS p WITH (INDEX([berth_q_orders__billing_pending]), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+	AND (p.ordering_key IS NULL OR (
+		NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS e WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+		AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
+ORDER BY p.due_at, p.id;
+UPDATE q SET state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
+	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
+	lease_until = CASE WHEN c.started = 1 THEN DATEADD(millisecond, CAST(@p5 % 1000 AS int), DATEADD(second, CAST(@p5 / 1000 AS int), @now)) ELSE DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now)) END
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts, inserted.state INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+INNER JOIN @c AS c ON q.id = c.id
+WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
+`
+
+// goldenClaimComplete is ClaimDirect with Complete's DELETE of the refs in
+// @p6 first, all in one transaction.
+const goldenClaimComplete = `SET NOCOUNT ON;
+SET DEADLOCK_PRIORITY LOW;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+SET XACT_ABORT ON;
+DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY, started bit NOT NULL);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NULL, body varbinary(max) NULL, attempts int NOT NULL, state smallint NOT NULL);
+BEGIN TRANSACTION;
+DELETE q
+OUTPUT deleted.id, N'', NULL, NULL, 0, -1 INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+INNER JOIN OPENJSON(@p6) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2
+OPTION (LOOP JOIN);
+` + goldenDirectPickTake + `COMMIT TRANSACTION;
+SELECT id, uuid, headers, body, attempts, state FROM @t;`
+
 // goldenMultiProbe is the idle probe of probeQueues.
 const goldenMultiProbe = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -399,6 +449,17 @@ OUTPUT inserted.id INTO @t
 FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
 WHERE q.state = 1
+OPTION (LOOP JOIN);
+SELECT id FROM @t;`
+
+const goldenReleaseDirect = `SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @t TABLE (id bigint NOT NULL);
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL, attempts = CASE WHEN q.attempts > 0 THEN q.attempts - 1 ELSE 0 END
+OUTPUT inserted.id INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2
 OPTION (LOOP JOIN);
 SELECT id FROM @t;`
 

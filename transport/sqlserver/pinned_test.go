@@ -24,12 +24,13 @@ func TestSettlementsAndSweepsPinned(t *testing.T) {
 	d := Dialect{}
 	q := testQueue
 	settlements := map[string]sqlqueue.Stmt{
-		"Begin":        d.Begin(q, testRefs, time.Second),
-		"Complete":     d.Complete(q, testRefs),
-		"CompleteInTx": d.CompleteInTx(q, testRefs),
-		"Renew":        d.Renew(q, testRefs, time.Second),
-		"Retry":        d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0]}}),
-		"Release":      d.Release(q, testRefs),
+		"Begin":         d.Begin(q, testRefs, time.Second),
+		"Complete":      d.Complete(q, testRefs),
+		"CompleteInTx":  d.CompleteInTx(q, testRefs),
+		"Renew":         d.Renew(q, testRefs, time.Second),
+		"Retry":         d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0]}}),
+		"Release":       d.Release(q, testRefs),
+		"ReleaseDirect": d.ReleaseDirect(q, testRefs),
 	}
 	for name, st := range settlements {
 		if !strings.Contains(st.SQL, "FROM "+q.Table+" AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)\nINNER JOIN OPENJSON(@p1)") {
@@ -41,6 +42,14 @@ func TestSettlementsAndSweepsPinned(t *testing.T) {
 		if strings.Contains(st.SQL, "READPAST") {
 			t.Errorf("%s: READPAST would skip its own row while another session locks it (a false lease lost):\n%s", name, st.SQL)
 		}
+	}
+	// The acks a claim carries are deleted as Complete deletes them, and
+	// not skipped when locked: READPAST is the claim's pick and take's
+	// alone.
+	rider := d.ClaimComplete(q, 1, 10, 2, time.Minute, time.Second, testRefs).SQL
+	if !strings.Contains(rider, "FROM "+q.Table+" AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)\nINNER JOIN OPENJSON(@p6)") ||
+		!strings.Contains(rider, "WHERE q.state = 2\nOPTION (LOOP JOIN);\n") {
+		t.Errorf("ClaimComplete: its DELETE is not pinned as Complete's:\n%s", rider)
 	}
 	sweeps := map[string]struct {
 		st    sqlqueue.Stmt
@@ -68,6 +77,9 @@ func TestOwnBatchesSetReadCommitted(t *testing.T) {
 	rows := []sqlqueue.InsertRow{{UUID: "a", Headers: []byte(`{}`)}}
 	own := map[string][]sqlqueue.Stmt{
 		"Claim":             {d.Claim(q, 1, 10, time.Minute)},
+		"ClaimDirect":       {d.ClaimDirect(q, 1, 10, 2, time.Minute, time.Second)},
+		"ClaimComplete":     {d.ClaimComplete(q, 1, 10, 2, time.Minute, time.Second, testRefs)},
+		"ReleaseDirect":     {d.ReleaseDirect(q, testRefs)},
 		"MultiProbe":        {d.MultiProbe(probeQueues)},
 		"Insert":            d.Insert(q, rows),
 		"Begin":             {d.Begin(q, testRefs, time.Second)},

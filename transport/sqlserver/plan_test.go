@@ -82,6 +82,8 @@ func TestPlansSeek(t *testing.T) {
 		st          sqlqueue.Stmt
 	}{
 		{"claim", q.Name + "_pending", d.Claim(q, 1, 64, time.Minute)},
+		{"direct claim", q.Name + "_pending", d.ClaimDirect(q, 1, 64, 16, time.Minute, time.Minute)},
+		{"claim carrying acks", q.Name + "_pending", d.ClaimComplete(q, 1, 64, 16, time.Minute, time.Minute, []sqlqueue.Ref{{ID: 1, Owner: 2}})},
 		{"recover", q.Name + "_leased", d.Recover(q, 5, 500)},
 		{"dead-letter expired", q.Name + "_leased", d.DeadLetterExpired(n, q, 5, "r", 500)[0]},
 		{"drop expired", q.Name + "_expiry", d.DropExpired(q, 500)},
