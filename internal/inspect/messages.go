@@ -594,8 +594,25 @@ func (s *SQL) CancelMessages(ctx context.Context, queue string, refs []MessageRe
 	}
 	res := CancelResult{Requested: len(vs)}
 	err = s.cancelFenced(ctx, q, vs, &res)
+	s.promoteHeads(ctx, q, res)
 	return res, err
 }
+
+// promoteHeads makes claimable the rows that a cancel left at the head of
+// their ordering key while they wait behind it (see
+// sqlqueue.KeyClaimer.PromoteHeads): a cancel hands nothing off, so they
+// would otherwise wait for the queue's next sweep. An error is dropped:
+// that sweep promotes them.
+func (s *SQL) promoteHeads(ctx context.Context, q sqlqueue.Queue, res CancelResult) {
+	kc, ok := s.Dialect.(sqlqueue.KeyClaimer)
+	if !ok || len(res.Cancelled) == 0 {
+		return
+	}
+	_ = s.exec(ctx, s.DB, kc.PromoteHeads(q, promoteLimit))
+}
+
+// promoteLimit bounds the rows one promotion after a cancel changes.
+const promoteLimit = 10_000
 
 // cancelFenced deletes vs (as seen) from q, cancelBatch at a time, and
 // sorts each into res.
@@ -790,9 +807,11 @@ func (s *SQL) CancelMatching(ctx context.Context, f MessageFilter, upTo int64) (
 		after = last
 		res.Requested += len(vs)
 		if err := s.cancelFenced(ctx, q, vs, &res); err != nil {
+			s.promoteHeads(ctx, q, res)
 			return res, err
 		}
 	}
+	s.promoteHeads(ctx, q, res)
 	return res, nil
 }
 

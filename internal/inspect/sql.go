@@ -338,17 +338,18 @@ func (s *SQL) Migrate(ctx context.Context, queues ...sqlqueue.QueueRef) (from, t
 				return fmt.Errorf("schema lock: %w", err)
 			}
 			if u, ok := s.Dialect.(sqlqueue.QueueUpgrader); ok { // SQLite: columns added by hand-guarded DDL
-				probe, upgrade := u.UpgradeQueue(q)
-				old := false
-				if err := tx.QueryRowContext(ctx, probe.SQL, probe.Args...).Scan(&old); err != nil {
-					return err
-				}
-				for _, st := range upgrade {
-					if !old {
-						break
-					}
-					if err := s.exec(ctx, tx, st); err != nil {
+				for _, up := range u.UpgradeQueue(q) {
+					old := false
+					if err := tx.QueryRowContext(ctx, up.Probe.SQL, up.Probe.Args...).Scan(&old); err != nil {
 						return err
+					}
+					if !old {
+						continue
+					}
+					for _, st := range up.Upgrade {
+						if err := s.exec(ctx, tx, st); err != nil {
+							return err
+						}
 					}
 				}
 			}

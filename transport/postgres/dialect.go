@@ -129,6 +129,23 @@ BEGIN
 	END LOOP;
 END
 $berth$`),
+	}}, {Version: 3, Stmts: []sqlqueue.Stmt{
+		// Version 3 adds the waiting marker (see Insert) and the claim's
+		// index over the rows that are not waiting, to every subscribed
+		// queue table, as version 2 did. Existing rows are not waiting:
+		// the claim's head check still orders them.
+		st(`DO $berth$
+DECLARE r text; t text;
+BEGIN
+	FOR r IN SELECT queue_table FROM ` + n.Subscriptions + ` LOOP
+		t := ` + schemaPrefix(n.Schema) + `quote_ident(r);
+		IF to_regclass(t) IS NOT NULL THEN
+			EXECUTE 'ALTER TABLE ' || t || ' ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false';
+			EXECUTE 'CREATE INDEX IF NOT EXISTS ' || quote_ident(r || '_ready') || ' ON ' || t || ' ` + readyIndex + `';
+		END IF;
+	END LOOP;
+END
+$berth$`),
 	}}}
 }
 
@@ -170,24 +187,33 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	due_at      timestamptz NOT NULL DEFAULT now(),
 	lease_until timestamptz,
 	expires_at  timestamptz,
-	ordering_key text
+	ordering_key text,
+	waiting     boolean     NOT NULL DEFAULT false
 )`),
 		st(`ALTER TABLE ` + q.Table + ` ADD COLUMN IF NOT EXISTS ordering_key text`),
+		st(`ALTER TABLE ` + q.Table + ` ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + q.Table + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + q.Table + ` (lease_until) WHERE state <> 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + q.Table + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_key") + ` ON ` + q.Table + ` ` + keyIndex),
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_ready") + ` ON ` + q.Table + ` ` + readyIndex),
 	}
 }
+
+// readyIndex is the column list and filter of the claim's index
+// (<table>_ready): pending rows, less the keyed rows waiting behind an
+// unsettled row of their key (see Insert), so that a claim over a few hot
+// keys' backlog does not walk the rows it could not take.
+const readyIndex = `(due_at, id) WHERE state = 0 AND NOT waiting`
 
 // QueueExists implements sqlqueue.QueueChecker: a catalog lookup, which
 // takes no lock on the table, of the table and the indexes CreateQueue
 // makes.
 func (d Dialect) QueueExists(q sqlqueue.Queue) sqlqueue.Stmt {
 	schema := strings.TrimSuffix(q.Table, d.QuoteIdent(q.Name)) // "" or `"schema".`
-	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL`,
+	return st(`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL`,
 		q.Table, schema+d.QuoteIdent(q.Name+"_pending"), schema+d.QuoteIdent(q.Name+"_leased"), schema+d.QuoteIdent(q.Name+"_expiry"),
-		schema+d.QuoteIdent(q.Name+"_key"))
+		schema+d.QuoteIdent(q.Name+"_key"), schema+d.QuoteIdent(q.Name+"_ready"))
 }
 
 // Subscribe implements sqlqueue.Dialect.
@@ -220,6 +246,22 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 // head check relies on (see Claim). The lock is taken in an init plan
 // (lk), which the executor runs before it reads the first row and so
 // before the first id is drawn; with no key, lk locks nothing.
+//
+// A keyed row is inserted waiting (out of the claim's index, see
+// readyIndex) when an earlier row of its key is still in the table: an
+// earlier row of the same insert, or a row the lock-holding read pv finds.
+// pv runs after lk (its one-time filter reads lk), locks the key's newest
+// row (FOR KEY SHARE: a Complete of that row waits for this insert's
+// commit, so the settling source's hand-off, a later statement, sees the
+// new row) and skips a row that another transaction is deleting or
+// claiming (SKIP LOCKED: the new row is then inserted ready, never
+// waiting behind a row that is leaving). A row inserted ready behind an
+// unsettled one costs only what it cost before the marker: the claim's
+// head check passes it over. A delayed row is never waiting: a hand-off
+// that finds it at its key's head before it is due leaves it to the full
+// claim. A row left waiting at its key's head is taken by the hand-off
+// (ClaimKeys, which ignores the marker) or released by the sweeper
+// (PromoteHeads).
 func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify bool) []sqlqueue.Stmt {
 	uuids := make([]string, len(rows))
 	headers := make([]string, len(rows))
@@ -239,12 +281,22 @@ func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify 
 		SELECT pg_advisory_xact_lock(hashtextextended('berth:key:' || $6 || ':' || k, 0))
 		FROM (SELECT DISTINCT k FROM unnest($8::text[]) AS k WHERE k IS NOT NULL ORDER BY k) AS s
 	) AS l
+), pv AS (
+	SELECT k.k FROM (SELECT DISTINCT k FROM unnest($8::text[]) AS k WHERE k IS NOT NULL) AS k
+	WHERE EXISTS (
+		SELECT 1 FROM `+q.Table+` AS e
+		WHERE (SELECT n FROM lk) >= 0 AND e.ordering_key = k.k
+		ORDER BY e.id DESC LIMIT 1
+		FOR KEY SHARE OF e SKIP LOCKED)
 ), ins AS (
-	INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at, ordering_key)
+	INSERT INTO `+q.Table+` (uuid, headers, body, due_at, expires_at, ordering_key, waiting)
 	SELECT r.uuid, r.headers, r.body,
 	       now() + r.delay_ms * interval '1 millisecond',
 	       CASE WHEN r.ttl_ms > 0 THEN now() + r.ttl_ms * interval '1 millisecond' END,
-	       r.ordering_key
+	       r.ordering_key,
+	       r.ordering_key IS NOT NULL AND r.delay_ms <= 0 AND (
+	           row_number() OVER (PARTITION BY r.ordering_key ORDER BY r.ord) > 1
+	           OR r.ordering_key IN (SELECT k FROM pv))
 	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $8::text[]) WITH ORDINALITY
 	     AS r(uuid, headers, body, delay_ms, ttl_ms, ordering_key, ord)
 	WHERE (SELECT n FROM lk) >= 0
@@ -299,7 +351,7 @@ func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Dur
 	// every claim then costs O(backlog), measured at 11 ms against 0.6 ms
 	// for 64 rows out of 20,000.
 	return st(`UPDATE `+q.Table+` AS q
-SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond'
+SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond', waiting = false
 WHERE q.id = ANY(ARRAY(`+claimable(q.Table)+`))
 RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 		owner, sqlqueue.Millis(fetchTimeout), n)
@@ -318,18 +370,22 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 // ClaimKeys implements sqlqueue.KeyClaimer: ClaimComplete whose row
 // choice is the heads of the given keys ($8) only, so handing a settled
 // key's next row to the source that settled it reads one row per key (a
-// seek of the key index), not the pending backlog that Claim walks past
-// when a few hot keys block most of it.
+// seek of the key index), not the pending backlog.
 //
-// A key's head is its lowest id other than the rows this statement
-// deletes (done: acks riding on it, fenced as Complete's), since those
-// are still visible in the statement's one snapshot; it is claimed when
-// pending, due and not expired, and not locked by another claim. That is
-// Claim's head check, made from the other side, and exact for the same
+// A key's head (h) is its lowest id other than the rows this statement
+// deletes (done: acks riding on it, fenced as Complete's), since those are
+// still visible in the statement's one snapshot; it is claimed when
+// pending, due and not expired, and not locked by another claim, waiting
+// or not (the marker only keeps rows out of the full claim's index). That
+// is Claim's head check, made from the other side, and exact for the same
 // reasons (see Claim): a lower row of the key that the snapshot misses
 // would have committed after a higher one, which Insert's key lock rules
 // out; a done row that was not deleted (its lease was lost) is not left
-// out, and stays its key's head.
+// out, and stays its key's head. A head it does not claim keeps its
+// marker: one not due yet was inserted delayed, which is never waiting
+// (see InsertNotify); the keys past the $3 rows stay freed for the
+// source's next claim (claimKeyRows); the sweeper promotes what is left
+// (PromoteHeads).
 func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(done)
 	return st(`WITH done AS (
@@ -337,7 +393,20 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct
 	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
 	WHERE x.id = r.id AND x.owner = r.owner AND x.state + 0 = 2
 	RETURNING x.id
-), `+directChoiceOf(keyHeads(q.Table))+`, u AS (
+), h AS (
+	SELECT ARRAY(
+		SELECT (SELECT e.id FROM `+q.Table+` AS e
+		        WHERE e.ordering_key = k.k AND e.id <> ALL(ARRAY(SELECT id FROM done))
+		        ORDER BY e.id LIMIT 1)
+		FROM unnest($8::text[]) AS k(k)) AS ids
+), `+directChoiceOf(`
+	SELECT p.id FROM `+q.Table+` AS p, h
+	WHERE p.id = ANY(h.ids)
+	  AND p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	ORDER BY p.due_at, p.id
+	LIMIT $3
+	FOR UPDATE OF p SKIP LOCKED
+`)+`, u AS (
 `+directUpdate(q.Table)+`)
 SELECT id, uuid, headers, body, attempts, state FROM u
 UNION ALL
@@ -345,21 +414,22 @@ SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FR
 		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners, keys)
 }
 
-// keyHeads is ClaimKeys' row choice ($3 rows at most): the heads of the
-// keys in $8, leaving out the rows done deletes, when claimable.
-func keyHeads(table string) string {
-	return `
-	SELECT p.id FROM ` + table + ` AS p
-	WHERE p.id = ANY(ARRAY(
-		SELECT (SELECT e.id FROM ` + table + ` AS e
-		        WHERE e.ordering_key = k.k AND e.id <> ALL(ARRAY(SELECT id FROM done))
-		        ORDER BY e.id LIMIT 1)
-		FROM unnest($8::text[]) AS k(k)))
-	  AND p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
-	ORDER BY p.due_at, p.id
-	LIMIT $3
-	FOR UPDATE OF p SKIP LOCKED
-`
+// PromoteHeads implements sqlqueue.KeyClaimer: the sweeper's repair of a
+// key whose head is waiting with no hand-off coming (its predecessor left
+// by a path that hands nothing off: a sweep, the console, a listener that
+// stopped). One pass over the key index (the first row of each key) per
+// sweep, at most limit rows.
+func (Dialect) PromoteHeads(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
+	return st(`UPDATE `+q.Table+` AS w SET waiting = false
+WHERE w.id IN (
+	SELECT f.id FROM (
+		SELECT DISTINCT ON (ordering_key) id, waiting, state FROM `+q.Table+`
+		WHERE ordering_key IS NOT NULL
+		ORDER BY ordering_key, id) AS f
+	WHERE f.waiting AND f.state = 0
+	LIMIT $1)
+AND w.waiting AND w.state = 0
+RETURNING w.id`, limit)
 }
 
 // claimable is the claims' row choice ($3 rows at most): due rows, oldest
@@ -368,7 +438,7 @@ func keyHeads(table string) string {
 func claimable(table string) string {
 	return `
 	SELECT p.id FROM ` + table + ` AS p
-	WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	WHERE p.state = 0 AND NOT p.waiting AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
 		SELECT 1 FROM ` + table + ` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
@@ -398,6 +468,7 @@ func directUpdate(table string) string {
 	return `UPDATE ` + table + ` AS q
 SET state = CASE WHEN d.all_started OR q.id = ANY(d.started) THEN 2 ELSE 1 END,
 	owner = $1,
+	waiting = false,
 	attempts = q.attempts + CASE WHEN d.all_started OR q.id = ANY(d.started) THEN 1 ELSE 0 END,
 	lease_until = now() + CASE WHEN d.all_started OR q.id = ANY(d.started) THEN $5::bigint ELSE $2::bigint END * interval '1 millisecond'
 FROM d
@@ -456,7 +527,8 @@ func (Dialect) Analyze(q sqlqueue.Queue) sqlqueue.Stmt {
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, a seek of the
-// pending index for a due row, one for the earliest future row, and one of
+// ready index (pending rows not waiting behind their key's head, the rows
+// a claim can take) for a due row, one for the earliest future row, and one of
 // the primary key, as one UNION ALL (one statement, one transaction, for
 // every idle queue of a pool). Plain reads: they wait for no lock. Queue
 // names are engine-made identifiers ([a-z0-9_]) and travel as arguments.
@@ -469,8 +541,8 @@ func (Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 		}
 		args[i] = q.Name
 		fmt.Fprintf(&b, `SELECT $%d::text,
-	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())),
-	(SELECT ceil(extract(epoch FROM min(due_at) - now()) * 1000)::bigint FROM %[2]s WHERE state = 0 AND due_at > now()),
+	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND NOT waiting AND due_at <= now() AND (expires_at IS NULL OR expires_at > now())),
+	(SELECT ceil(extract(epoch FROM min(due_at) - now()) * 1000)::bigint FROM %[2]s WHERE state = 0 AND NOT waiting AND due_at > now()),
 	NOT EXISTS (SELECT 1 FROM %[2]s)`, i+1, q.Table)
 	}
 	return st(b.String(), args...)

@@ -29,7 +29,7 @@ func TestStatements(t *testing.T) {
 		args []any
 	}{
 		{"claim", d.Claim(q, 77, 5, 2*time.Second),
-			`UPDATE "berth_q_orders" AS q SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond' WHERE q.id = ANY(ARRAY( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now()) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT $3 FOR UPDATE OF p SKIP LOCKED )) RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
+			`UPDATE "berth_q_orders" AS q SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond', waiting = false WHERE q.id = ANY(ARRAY( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND NOT p.waiting AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now()) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT $3 FOR UPDATE OF p SKIP LOCKED )) RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 			[]any{int64(77), int64(2000), 5}},
 		{"begin", d.Begin(q, refs, 30*time.Second),
 			`UPDATE "berth_q_orders" AS q SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond' FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id, q.attempts`,
@@ -108,7 +108,7 @@ func TestQueueExistsNames(t *testing.T) {
 	d := postgres.Dialect{}
 	q := sqlqueue.QueueFor(d, sqlqueue.Tables{Schema: "Ops"}, "orders", "")
 	got := d.QueueExists(q)
-	want := []any{`"Ops"."berth_q_orders"`, `"Ops"."berth_q_orders_pending"`, `"Ops"."berth_q_orders_leased"`, `"Ops"."berth_q_orders_expiry"`, `"Ops"."berth_q_orders_key"`}
+	want := []any{`"Ops"."berth_q_orders"`, `"Ops"."berth_q_orders_pending"`, `"Ops"."berth_q_orders_leased"`, `"Ops"."berth_q_orders_expiry"`, `"Ops"."berth_q_orders_key"`, `"Ops"."berth_q_orders_ready"`}
 	if !reflect.DeepEqual(got.Args, want) {
 		t.Fatalf("args = %#v, want %#v", got.Args, want)
 	}

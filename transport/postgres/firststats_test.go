@@ -47,8 +47,8 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, hasStats)
 	waitFor(t, 10*time.Second, func() bool { return src.Stats().Analyzes == 1 })
-	if plan := claimPlan(t, db, q); strings.Contains(plan, "Sort") || !strings.Contains(plan, "_pending") {
-		t.Errorf("with statistics the claim still sorts instead of walking the pending index:\n%s", plan)
+	if plan := claimPlan(t, db, q); strings.Contains(plan, "Sort") || !strings.Contains(plan, "_ready") {
+		t.Errorf("with statistics the claim still sorts instead of walking the ready index:\n%s", plan)
 	}
 
 	other := newSource(t, db, "firststats")

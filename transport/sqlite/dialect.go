@@ -124,9 +124,14 @@ func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
 // UpgradeQueue implements sqlqueue.QueueUpgrader: a table made before
 // version 2 gets the ordering_key column (CreateQueue then adds its
 // index).
-func (Dialect) UpgradeQueue(q sqlqueue.Queue) (sqlqueue.Stmt, []sqlqueue.Stmt) {
-	return st(`SELECT EXISTS (SELECT 1 FROM pragma_table_info(?)) AND NOT EXISTS (SELECT 1 FROM pragma_table_info(?) WHERE name = 'ordering_key')`, q.Name, q.Name),
-		[]sqlqueue.Stmt{st(`ALTER TABLE ` + q.Table + ` ADD COLUMN ordering_key TEXT`)}
+func (Dialect) UpgradeQueue(q sqlqueue.Queue) []sqlqueue.QueueUpgrade {
+	lacks := func(col string) sqlqueue.Stmt {
+		return st(`SELECT EXISTS (SELECT 1 FROM pragma_table_info(?)) AND NOT EXISTS (SELECT 1 FROM pragma_table_info(?) WHERE name = ?)`, q.Name, q.Name, col)
+	}
+	return []sqlqueue.QueueUpgrade{
+		{Probe: lacks("ordering_key"), Upgrade: []sqlqueue.Stmt{st(`ALTER TABLE ` + q.Table + ` ADD COLUMN ordering_key TEXT`)}},
+		{Probe: lacks("waiting"), Upgrade: []sqlqueue.Stmt{st(`ALTER TABLE ` + q.Table + ` ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0`)}},
+	}
 }
 
 // CreateQueue implements sqlqueue.Dialect. AUTOINCREMENT keeps ids from
@@ -145,12 +150,16 @@ func (d Dialect) CreateQueue(q sqlqueue.Queue) []sqlqueue.Stmt {
 	due_at      INTEGER NOT NULL,
 	lease_until INTEGER,
 	expires_at  INTEGER,
-	ordering_key TEXT
+	ordering_key TEXT,
+	waiting     INTEGER NOT NULL DEFAULT 0
 )`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_pending") + ` ON ` + d.QuoteIdent(q.Name) + ` (due_at, id) WHERE state = 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_leased") + ` ON ` + d.QuoteIdent(q.Name) + ` (lease_until) WHERE state <> 0`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_expiry") + ` ON ` + d.QuoteIdent(q.Name) + ` (expires_at) WHERE state = 0 AND expires_at IS NOT NULL`),
 		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_key") + ` ON ` + d.QuoteIdent(q.Name) + ` (ordering_key, id) WHERE ordering_key IS NOT NULL`),
+		// The claim's index: pending rows less the keyed rows waiting
+		// behind their key's head (see Insert).
+		st(`CREATE INDEX IF NOT EXISTS ` + d.QuoteIdent(q.Name+"_ready") + ` ON ` + d.QuoteIdent(q.Name) + ` (due_at, id) WHERE state = 0 AND waiting = 0`),
 	}
 }
 
@@ -169,19 +178,26 @@ func (Dialect) Subscriptions(n sqlqueue.Names, topic string) sqlqueue.Stmt {
 const insertChunk = 500
 
 // Insert implements sqlqueue.Dialect: one multi-row INSERT per 500 rows.
+//
+// A keyed row goes in waiting (out of the claim's index, <table>_ready)
+// when an earlier row of its key is in the table: for the first row of a
+// key in this insert, a seek of the key index (the rows of earlier
+// statements; SQLite runs one writer at a time, so the answer is exact
+// until the commit); for the others, always (the first one is there). A
+// delayed row is never waiting: the claims' head check orders it.
 func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
 	now := d.now()
 	var out []sqlqueue.Stmt
+	seen := map[string]bool{}
 	for start := 0; start < len(rows); start += insertChunk {
 		chunk := rows[start:min(start+insertChunk, len(rows))]
 		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key) VALUES `)
-		args := make([]any, 0, 7*len(chunk))
+		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key, waiting) VALUES `)
+		args := make([]any, 0, 8*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 			var expires, key any
 			if r.TTL > 0 {
 				expires = now + sqlqueue.Millis(r.TTL)
@@ -190,6 +206,22 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 				key = r.OrderingKey
 			}
 			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires, key)
+			switch {
+			case key == nil:
+				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 0)")
+			case r.Delay > 0:
+				// Never waiting: a hand-off that finds it at its key's
+				// head before it is due leaves it (ClaimKeys), and the
+				// full claim must then see it when it falls due.
+				seen[r.OrderingKey] = true
+				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 0)")
+			case seen[r.OrderingKey]:
+				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 1)")
+			default:
+				seen[r.OrderingKey] = true
+				b.WriteString("(?, ?, ?, ?, ?, ?, ?, EXISTS (SELECT 1 FROM " + q.Table + " WHERE ordering_key = ?))")
+				args = append(args, key)
+			}
 		}
 		out = append(out, st(b.String(), args...))
 	}
@@ -204,10 +236,10 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 func (d Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
 	now := d.now()
 	return st(`UPDATE `+q.Table+`
-SET state = 1, owner = ?, lease_until = ?
+SET state = 1, owner = ?, lease_until = ?, waiting = 0
 WHERE id IN (
 	SELECT p.id FROM `+q.Table+` AS p
-	WHERE p.state = 0 AND p.due_at <= ? AND (p.expires_at IS NULL OR p.expires_at > ?)
+	WHERE p.state = 0 AND p.waiting = 0 AND p.due_at <= ? AND (p.expires_at IS NULL OR p.expires_at > ?)
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
 		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
@@ -223,7 +255,7 @@ RETURNING id, uuid, headers, body, attempts`,
 func (d Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration) sqlqueue.Stmt {
 	return d.claimDirect(q, `
 	SELECT p.id, p.due_at FROM `+q.Table+` AS p
-	WHERE p.state = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
+	WHERE p.state = 0 AND p.waiting = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
 		SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
@@ -233,24 +265,43 @@ func (d Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetch
 
 // ClaimKeys implements sqlqueue.KeyClaimer: ClaimDirect over the heads of
 // the given keys only — per key, its lowest id (one seek of the key
-// index), claimed when pending and due — so the hand-off of a settled
-// key's next row reads one row per key, not the backlog. Writes are
-// serialised, so the head is exact as in Claim. done is always empty
-// (SQLite is no AckRider); keys travel as one JSON array (?7), so the
-// statement text is the same for any number of keys.
+// index), claimed when pending and due, waiting or not — so the hand-off
+// of a settled key's next row reads one row per key, not the backlog.
+// Writes are serialised, so the head is exact as in Claim. done is always
+// empty (SQLite is no AckRider); keys travel as one JSON array, so the
+// statement text is the same for any number of keys. A head it does not
+// claim keeps its marker: one not due yet was inserted delayed, which is
+// never waiting (see Insert); the keys past the ?2 rows stay freed for the
+// source's next claim (claimKeyRows); the sweeper promotes what is left
+// (PromoteHeads).
 func (d Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, _ []sqlqueue.Ref) sqlqueue.Stmt {
+	js, _ := json.Marshal(keys) // strings always marshal
 	st := d.claimDirect(q, `
 	SELECT p.id, p.due_at FROM `+q.Table+` AS p
-	WHERE p.id IN (
-		SELECT (SELECT e.id FROM `+q.Table+` AS e WHERE e.ordering_key = k.value ORDER BY e.id LIMIT 1)
-		FROM json_each(?7) AS k)
+	WHERE p.id IN (`+keyHeads(q)+`)
 	  AND p.state = 0 AND p.due_at <= ?1 AND (p.expires_at IS NULL OR p.expires_at > ?1)
 	ORDER BY p.due_at, p.id
 	LIMIT ?2
 `, owner, n, direct, fetchTimeout, lease)
-	js, _ := json.Marshal(keys) // strings always marshal
 	st.Args = append(st.Args, string(js))
 	return st
+}
+
+// keyHeads selects the lowest id of each key of the JSON array ?7.
+func keyHeads(q sqlqueue.Queue) string {
+	return `SELECT (SELECT e.id FROM ` + q.Table + ` AS e WHERE e.ordering_key = k.value ORDER BY e.id LIMIT 1) FROM json_each(?7) AS k`
+}
+
+// PromoteHeads implements sqlqueue.KeyClaimer: per key, its first row (a
+// pass over the key index), when waiting and pending.
+func (Dialect) PromoteHeads(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
+	return st(`UPDATE `+q.Table+` SET waiting = 0
+WHERE id IN (
+	SELECT h.id FROM (SELECT min(id) AS id FROM `+q.Table+` WHERE ordering_key IS NOT NULL GROUP BY ordering_key) AS h
+	JOIN `+q.Table+` AS w ON w.id = h.id
+	WHERE w.waiting = 1 AND w.state = 0
+	LIMIT ?)
+RETURNING id`, limit)
 }
 
 // claimDirect is ClaimDirect's statement around a row choice (c: id and
@@ -261,6 +312,7 @@ func (d Dialect) claimDirect(q sqlqueue.Queue, choice string, owner int64, n, di
 UPDATE `+q.Table+`
 SET state = CASE WHEN id IN (SELECT id FROM s) THEN 2 ELSE 1 END,
 	owner = ?4,
+	waiting = 0,
 	attempts = attempts + CASE WHEN id IN (SELECT id FROM s) THEN 1 ELSE 0 END,
 	lease_until = CASE WHEN id IN (SELECT id FROM s) THEN ?5 ELSE ?6 END
 WHERE id IN (SELECT id FROM c)
@@ -274,9 +326,9 @@ func (Dialect) ReleaseDirect(q sqlqueue.Queue, rs []sqlqueue.Ref) sqlqueue.Stmt 
 }
 
 // MultiProbe implements sqlqueue.MultiProber: per queue, two seeks of the
-// pending index and one of the primary key, as one UNION ALL. Queue names
-// are engine-made identifiers ([a-z0-9_]), written as literals; the only
-// argument is now.
+// ready index (pending rows not waiting behind their key's head) and one
+// of the primary key, as one UNION ALL. Queue names are engine-made
+// identifiers ([a-z0-9_]), written as literals; the only argument is now.
 func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 	var b strings.Builder
 	for i, q := range qs {
@@ -284,8 +336,8 @@ func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 			b.WriteString("\nUNION ALL\n")
 		}
 		fmt.Fprintf(&b, `SELECT '%s',
-	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND due_at <= ?1 AND (expires_at IS NULL OR expires_at > ?1)),
-	(SELECT min(due_at) - ?1 FROM %[2]s WHERE state = 0 AND due_at > ?1),
+	EXISTS (SELECT 1 FROM %[2]s WHERE state = 0 AND waiting = 0 AND due_at <= ?1 AND (expires_at IS NULL OR expires_at > ?1)),
+	(SELECT min(due_at) - ?1 FROM %[2]s WHERE state = 0 AND waiting = 0 AND due_at > ?1),
 	NOT EXISTS (SELECT 1 FROM %[2]s)`, strings.ReplaceAll(q.Name, "'", "''"), q.Table)
 	}
 	return st(b.String(), d.now())

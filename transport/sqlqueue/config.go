@@ -183,8 +183,8 @@ type SubscriberConfig struct {
 	// short or empty, and no claimed row waits in the buffer), an ack waits
 	// up to this long for the source's next claim statement and is carried
 	// by it (one statement and one transaction for both), then goes alone.
-	// Only dialects whose claim can carry acks (AckRider: PostgreSQL) use
-	// it. An ack holds its settle slot (or, with none free, its
+	// Only dialects whose claim can carry acks (AckRider: PostgreSQL, SQL
+	// Server) use it. An ack holds its settle slot (or, with none free, its
 	// concurrency permit) while it waits; rows are
 	// deleted up to AckHold later than they would be. Negative: acks never
 	// wait for a claim. Defaults to DefaultAckHold (50ms). URL: ack_hold.

@@ -171,8 +171,8 @@
 //
 // # Acks on claims
 //
-// A dialect implementing AckRider (PostgreSQL) carries acks in the claim
-// statement. While the flow is light (the source's last claim came back
+// A dialect implementing AckRider (PostgreSQL, SQL Server) carries acks in
+// the claim statement. While the flow is light (the source's last claim came back
 // short or empty, and no row it fetched waits in the buffer), Complete
 // waits up to SubscriberConfig.AckHold (50ms) for the source's next claim
 // and goes with it: one statement and one transaction for a message's ack

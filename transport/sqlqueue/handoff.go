@@ -47,43 +47,73 @@ type KeyClaimer interface {
 	// reported the same way (state StateAcked); the claim's head check
 	// treats them as deleted.
 	ClaimKeys(q Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []Ref) Stmt
+	// PromoteHeads clears the waiting marker of rows that head their key
+	// (no row of the key has a lower id) and are pending, at most limit;
+	// it returns one row per row changed. The sweeper runs it: a waiting
+	// row whose predecessors all left by a path without a hand-off (a
+	// sweep, an operator's delete, a listener that stopped) would
+	// otherwise never be claimed by a full claim.
+	PromoteHeads(q Queue, limit int) Stmt
 }
+
+// The waiting marker.
+//
+// A KeyClaimer's queue table has a boolean column waiting, and its full
+// claim reads an index of pending rows that are not waiting. Insert marks
+// a keyed row waiting when an earlier row of its key is still in the
+// table, so the rows blocked behind a key's head stay out of the full
+// claim's path: with a few hot keys and a deep backlog, a full claim reads
+// the rows it takes and the keys' heads, not the backlog (a claim over
+// 20,000 blocked rows took about a second). The marker is an index
+// optimisation, not the ordering rule: every claim still checks that a
+// keyed row heads its key, so a row marked ready too early costs what it
+// cost before the marker; and a waiting row that heads its key is taken by
+// the hand-off (ClaimKeys ignores the marker and clears it) or, when no
+// hand-off comes, released by the sweeper (PromoteHeads).
 
 var _ transport.Kicker = (*Source)(nil)
 
 // freedKeys are the ordering keys whose head a source settled and whose
-// next row it has not yet looked for.
+// next row it has not yet looked for. A key's value is true when it was
+// looked for once already (see claimKeys).
 type freedKeys struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
+	keys map[string]bool
 }
 
-func (f *freedKeys) add(keys ...string) {
+func (f *freedKeys) add(again bool, keys ...string) {
 	f.mu.Lock()
 	if f.keys == nil {
-		f.keys = map[string]struct{}{}
+		f.keys = map[string]bool{}
 	}
 	for _, k := range keys {
-		f.keys[k] = struct{}{}
+		f.keys[k] = f.keys[k] || again
 	}
 	f.mu.Unlock()
 }
 
 // take removes and returns the keys, sorted (one statement text whatever
-// the map's order, and stable arguments for tests).
-func (f *freedKeys) take() []string {
+// the map's order, and stable arguments for tests), and the set of those
+// looked for once already.
+func (f *freedKeys) take() (keys []string, again map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.keys) == 0 {
-		return nil
+		return nil, nil
 	}
-	out := make([]string, 0, len(f.keys))
-	for k := range f.keys {
-		out = append(out, k)
+	keys = make([]string, 0, len(f.keys))
+	for k, a := range f.keys {
+		keys = append(keys, k)
+		if a {
+			if again == nil {
+				again = map[string]bool{}
+			}
+			again[k] = true
+		}
 	}
 	clear(f.keys)
-	slices.Sort(out)
-	return out
+	slices.Sort(keys)
+	return keys, again
 }
 
 // Kick implements transport.Kicker.
@@ -104,7 +134,7 @@ func (s *Source) freeKey(keys ...string) bool {
 	if s.kc == nil {
 		return false
 	}
-	s.freed.add(keys...)
+	s.freed.add(false, keys...)
 	s.kickNow()
 	return true
 }
@@ -122,15 +152,46 @@ func orderingKeyOf(headers []byte) string {
 	return md[transport.MetadataOrderingKey]
 }
 
-// claimKeys runs ClaimKeys for keys, carrying the acks waiting for a claim.
-// When the statement filled max, the keys it took no row for go back to
-// the freed set for the next claim (kicked): it may have stopped short of
-// them.
-func (s *Source) claimKeys(ctx context.Context, keys []string, max, direct int) ([]*transport.Delivery, error) {
+// claimKeys is the hand-off claim alone (see ClaimDirect): ClaimKeys in
+// place of a claim that would have been skipped.
+func (s *Source) claimKeys(ctx context.Context, keys []string, again map[string]bool, max, direct int) ([]*transport.Delivery, error) {
+	ds, started, err := s.claimKeyRows(ctx, keys, again, max, direct)
+	if err != nil {
+		return nil, err
+	}
+	// The claim it replaced would have been skipped (short or parked): the
+	// next one still would be, unless woken, and this source's acks may
+	// wait for its next claim (holdable).
+	s.short.Store(true)
+	if len(ds) == 0 {
+		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
+	} else if s.idle != nil {
+		s.idle.wake()
+	}
+	s.claimed(ds, started, direct)
+	return ds, nil
+}
+
+// claimKeyRows runs ClaimKeys for keys, carrying the acks waiting for a
+// claim, and returns the rows claimed and how many of them started. The
+// keys it took no row for stay freed, for the next claim (kicked), when
+// the statement filled max: it may have stopped short of them, and a
+// waiting head it did not reach is seen by no full claim. They are looked
+// for once more when the statement carried acks: a riding ack's DELETE
+// that waited for a concurrent insert of its key (which holds a lock on
+// its key's newest row) reads the key in a snapshot without that row,
+// which may have gone in waiting; the next statement sees it. again holds
+// the keys looked for twice that way already: not looked for a third time.
+func (s *Source) claimKeyRows(ctx context.Context, keys []string, again map[string]bool, max, direct int) ([]*transport.Delivery, int, error) {
 	var riders []*ridingAck
 	if s.rider != nil {
 		riders = s.rider.take(s.cfg.SettleBatch)
 	}
+	// A riding ack's key is looked for by the statement its ack rides:
+	// settleRiders below hands nothing off for it. Its key was freed when
+	// the ack was queued, but an earlier statement may have looked for it
+	// before the ack rode, and found the acked row still its key's head.
+	keys = withRiderKeys(keys, riders)
 	direct = min(direct, max)
 	owner := newOwner()
 	st := s.kc.ClaimKeys(s.q, owner, keys, max, direct, s.cfg.FetchTimeout, s.cfg.Lease, ridersRefs(riders))
@@ -141,35 +202,42 @@ func (s *Source) claimKeys(ctx context.Context, keys []string, max, direct int) 
 		s.settleRiders(riders, acked, err, err == nil)
 	}
 	if err != nil {
-		s.freed.add(keys...)
-		return nil, s.claimErr(ctx, err)
+		s.freed.add(false, keys...)
+		return nil, 0, s.claimErr(ctx, err)
 	}
 	s.contacted()
 	s.e.ctrs.keyClaims.Add(1)
-	// It ran in place of a claim that would have been skipped (short or
-	// parked): the next one still would be, unless woken, and this
-	// source's acks may wait for its next claim (holdable).
-	s.short.Store(true)
-	if len(ds) >= max {
+	if full := len(ds) >= max; full || len(riders) > 0 {
 		taken := make(map[string]bool, len(ds))
 		for _, d := range ds {
 			taken[handleOf(d).key] = true
 		}
 		var left []string
 		for _, k := range keys {
-			if !taken[k] {
+			if !taken[k] && (full || !again[k]) {
 				left = append(left, k)
 			}
 		}
 		if len(left) > 0 {
-			s.freeKey(left...)
+			s.freed.add(!full, left...)
+			s.kickNow()
 		}
 	}
-	if len(ds) == 0 {
-		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
-	} else if s.idle != nil {
-		s.idle.wake()
+	return ds, started, nil
+}
+
+// withRiderKeys returns keys with the ordering keys of riders added,
+// sorted, each once.
+func withRiderKeys(keys []string, riders []*ridingAck) []string {
+	added := false
+	for _, a := range riders {
+		if k := handleOf(a.d).key; k != "" && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+			added = true
+		}
 	}
-	s.claimed(ds, started, direct)
-	return ds, nil
+	if added {
+		slices.Sort(keys)
+	}
+	return keys
 }

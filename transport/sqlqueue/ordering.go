@@ -9,18 +9,25 @@ import (
 // QueueUpgrader is implemented by dialects that cannot bring an existing
 // queue table to the current columns with idempotent DDL alone (SQLite:
 // ALTER TABLE … ADD COLUMN has no IF NOT EXISTS). When it creates or
-// checks a queue, the engine runs the probe first, under the schema lock,
-// and runs the upgrade statements before CreateQueue's when the probe
-// answers true.
+// checks a queue, the engine runs each upgrade's probe, in order, under
+// the schema lock, and the upgrade's statements when the probe answers
+// true, before CreateQueue's.
 //
 // The other dialects upgrade in CreateQueue itself (PostgreSQL's ADD
 // COLUMN IF NOT EXISTS, SQL Server's upgradeQueue batch) and in their
 // schema migrations.
 type QueueUpgrader interface {
-	// UpgradeQueue returns a statement answering one row with one
-	// boolean — true when q's table exists and lacks a current column —
-	// and the statements that add what it lacks.
-	UpgradeQueue(q Queue) (probe Stmt, upgrade []Stmt)
+	// UpgradeQueue returns q's upgrades, oldest first.
+	UpgradeQueue(q Queue) []QueueUpgrade
+}
+
+// A QueueUpgrade is one step of a queue table's upgrade.
+type QueueUpgrade struct {
+	// Probe answers one row with one boolean: true when q's table exists
+	// and lacks what Upgrade adds.
+	Probe Stmt
+	// Upgrade adds it.
+	Upgrade []Stmt
 }
 
 // orderingKeyField is how the ordering key's metadata key appears in a

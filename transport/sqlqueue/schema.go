@@ -296,13 +296,15 @@ func (e *engine) ensureQueueIn(ctx context.Context, in *sql.Tx, q Queue, subscri
 				return fmt.Errorf("schema lock: %w", err)
 			}
 			if u, ok := e.d.(QueueUpgrader); ok {
-				probe, upgrade := u.UpgradeQueue(q)
-				old := false
-				if err := query(ctx, tx, &e.ctrs.other, probe, func(r *sql.Rows) error { return r.Scan(&old) }); err != nil {
-					return err
-				}
-				if old {
-					for _, st := range upgrade {
+				for _, up := range u.UpgradeQueue(q) {
+					old := false
+					if err := query(ctx, tx, &e.ctrs.other, up.Probe, func(r *sql.Rows) error { return r.Scan(&old) }); err != nil {
+						return err
+					}
+					if !old {
+						continue
+					}
+					for _, st := range up.Upgrade {
 						if err := query(ctx, tx, &e.ctrs.other, st, nil); err != nil {
 							return fmt.Errorf("upgrade: %w", err)
 						}

@@ -255,19 +255,33 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// Rows handed off by key (handoff.go) before this claim's own.
+	var handed []*transport.Delivery
 	if s.kc != nil {
-		if keys := s.freed.take(); len(keys) > 0 {
+		if keys, again := s.freed.take(); len(keys) > 0 {
 			if !woken && (s.parked.Load() || s.skipShort && time.Since(time.Unix(0, s.shortAt.Load())) < s.cfg.Pipeline.EmptyDelay) {
 				// A full claim within the empty delay came back short and
 				// nothing woke this source since: the rest of the backlog
 				// is blocked or absent (the claim below would be skipped,
 				// or answered as the poll the empty delay makes). Look for
-				// the freed keys' next rows only (handoff.go).
-				return s.claimKeys(ctx, keys, max, direct)
+				// the freed keys' next rows only.
+				return s.claimKeys(ctx, keys, again, max, direct)
 			}
-			// The full claim below takes their next rows in due order
-			// (acks riding on it hide their keys' next rows from it: they
-			// free their keys again, see settleRiders).
+			// Otherwise look for them first, then claim as usual: the full
+			// claim does not see a waiting head.
+			ds, started, err := s.claimKeyRows(ctx, keys, again, max, direct)
+			if err != nil {
+				return nil, err
+			}
+			s.claimed(ds, started, direct)
+			if len(ds) >= max {
+				return ds, nil
+			}
+			handed = ds
+			max -= len(ds)
+			if direct -= started; direct < 0 {
+				direct = 0
+			}
 		}
 	}
 	if s.idle != nil {
@@ -277,8 +291,8 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 			// Idle: the pool's prober, an in-process publisher or a NOTIFY
 			// wakes this source when rows arrive.
 			s.e.ctrs.skippedClaims.Add(1)
-			s.w.idle.Store(true)
-			return nil, nil
+			s.w.idle.Store(len(handed) == 0)
+			return handed, nil
 		}
 		s.parked.Store(false)
 	}
@@ -290,8 +304,8 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		// process's releases) are found by the next poll, as they would be
 		// had this claim run a moment earlier.
 		s.e.ctrs.skippedClaims.Add(1)
-		s.w.idle.Store(true)
-		return nil, nil
+		s.w.idle.Store(len(handed) == 0)
+		return handed, nil
 	}
 	owner := newOwner()
 	// A claim runs again after a transient error: one rolled back (a
@@ -321,6 +335,12 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		s.settleRiders(riders, acked, err, false)
 	}
 	if err != nil {
+		if len(handed) > 0 {
+			// Delivered all the same; the loop sees the error at its next
+			// claim.
+			guard.Do(func() { s.logger.Error("claim after a hand-off failed", err, nil) })
+			return handed, nil
+		}
 		return nil, s.claimErr(ctx, err)
 	}
 	s.contacted()
@@ -343,6 +363,10 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		s.idle.wake()
 	}
 	s.claimed(ds, started, direct)
+	if len(handed) > 0 {
+		ds = append(handed, ds...)
+		slices.SortFunc(ds, compareID)
+	}
 	return ds, nil
 }
 

@@ -27,6 +27,9 @@ type SweepResult struct {
 	// or an owner, or a state the engine does not know
 	// (Dialect.DeadLetterStray).
 	Stray int
+	// Promoted counts waiting rows found heading their key with no
+	// hand-off coming, made claimable (KeyClaimer.PromoteHeads).
+	Promoted int
 }
 
 // sweepLoop sweeps every SweepInterval ± 25% (on the pipeline's clock)
@@ -69,9 +72,9 @@ func (s *Source) sweepLoop() {
 		switch {
 		case err != nil:
 			guard.Do(func() { s.logger.Error("sweep failed", err, nil) })
-		case res.Recovered+res.DeadLettered+res.Expired+res.Stray > 0:
+		case res.Recovered+res.DeadLettered+res.Expired+res.Stray+res.Promoted > 0:
 			guard.Do(func() {
-				fields := watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired, "stray": res.Stray}
+				fields := watermill.LogFields{"recovered": res.Recovered, "dead_lettered": res.DeadLettered, "expired": res.Expired, "stray": res.Stray, "promoted": res.Promoted}
 				if res.Stray > 0 {
 					// Rows written by something else than Berth: worth a look.
 					s.logger.Info("swept stray rows into the error table", fields)
@@ -79,7 +82,7 @@ func (s *Source) sweepLoop() {
 					s.logger.Debug("swept", fields)
 				}
 			})
-			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit || res.Stray == sweepLimit {
+			if res.Recovered == sweepLimit || res.DeadLettered == sweepLimit || res.Expired == sweepLimit || res.Stray == sweepLimit || res.Promoted == sweepLimit {
 				next = 0
 			}
 		}
@@ -121,6 +124,21 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	})
 	if err != nil {
 		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
+	}
+	if res.Ran && s.kc != nil {
+		// Its own statement, after the sweep's transaction: it locks only
+		// the rows it changes, and an error costs only itself.
+		err := s.e.retry(ctx, s.logger, "promote heads", idempotent, func() error {
+			var err error
+			res.Promoted, err = queryCount(ctx, s.e.db, &s.e.ctrs.sweeps, s.kc.PromoteHeads(s.q, sweepLimit))
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sqlqueue: sweep %s: promote heads: %w", s.q.Name, err)
+		}
+		if res.Promoted > 0 {
+			s.w.send()
+		}
 	}
 	s.e.ctrs.recovered.Add(int64(res.Recovered))
 	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered + res.Stray))

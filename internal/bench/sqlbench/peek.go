@@ -219,6 +219,7 @@ func addStats(a *sqlqueue.Stats, b sqlqueue.Stats) {
 	a.Expired += b.Expired
 	a.Published += b.Published
 	a.SkippedClaims += b.SkippedClaims
+	a.KeyClaims += b.KeyClaims
 	a.Probes += b.Probes
 	a.ProbeHits += b.ProbeHits
 	a.SkippedSweeps += b.SkippedSweeps

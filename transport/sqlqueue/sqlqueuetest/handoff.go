@@ -179,3 +179,47 @@ func testHotKeysHandedOff(t *testing.T, h Harness) {
 	}
 	t.Logf("%d messages: %d claims by key, %d full claims, %d acks ridden", 2*perKey, st.KeyClaims, full, st.RiddenAcks)
 }
+
+// testWaitingHeadPromoted checks the waiting marker (see
+// sqlqueue.KeyClaimer): a keyed row published behind an unsettled row of
+// its key stays out of the full claim even once it heads its key, until a
+// hand-off claims it or the sweeper promotes it. Here its predecessor is
+// deleted by hand (as an operator's cancel, which hands nothing off): the
+// full claim does not see it, the sweep promotes it (and no other row),
+// and the next full claim takes it. Before the marker the full claim read
+// every row behind a key's head and took a2 at once.
+func testWaitingHeadPromoted(t *testing.T, h Harness) {
+	skipNoKeyClaimer(t, h)
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	src := f.newSource(t, db, "promote")
+	q := src.Queue()
+	ctx := context.Background()
+	if err := pub.Publish("promote", keyed("a", "a1"), keyed("a", "a2"), keyed("a", "a3"), keyed("b", "b1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, got := ClaimPayloads(t, src, 10)
+	if !slices.Equal(got, []string{"a1", "b1"}) {
+		t.Fatalf("first claim took %v, want [a1 b1]", got)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM `+q.Table+` WHERE id = `+f.ph(1), rowID(t, ds[0].ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := ClaimPayloads(t, src, 10); len(got) != 0 {
+		t.Fatalf("a full claim took %v: a2 was published behind a1 and waits for a hand-off or a sweep", got)
+	}
+	res, err := src.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Promoted != 1 {
+		t.Fatalf("sweep promoted %d rows, want 1 (a2; a3 still waits behind it): %+v", res.Promoted, res)
+	}
+	if _, got := ClaimPayloads(t, src, 10); !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("claim after the sweep took %v, want [a2]", got)
+	}
+	if res, err := src.Sweep(ctx); err != nil || res.Promoted != 0 {
+		t.Fatalf("a second sweep promoted %d rows (%v); want none: a3 waits behind a2 in flight", res.Promoted, err)
+	}
+}

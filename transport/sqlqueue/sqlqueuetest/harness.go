@@ -159,6 +159,7 @@ var cases = []struct {
 	{"OrderedClaimTakesOnlyHeads", testOrderedClaim},
 	{"KeyClaimTakesHeads", testKeyClaimTakesHeads},
 	{"HotKeysHandedOff", testHotKeysHandedOff},
+	{"WaitingHeadPromoted", testWaitingHeadPromoted},
 	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
 	{"DirectClaimCountsAttemptOnce", testDirectClaim},
 	{"DirectClaimReleasedOnClose", testDirectClose},
