@@ -600,15 +600,15 @@ func (s *SQL) CancelMessages(ctx context.Context, queue string, refs []MessageRe
 
 // promoteHeads makes claimable the rows that a cancel left at the head of
 // their ordering key while they wait behind it (see
-// sqlqueue.KeyClaimer.PromoteHeads): a cancel hands nothing off, so they
+// sqlqueue.HeadPromoter): a cancel hands nothing off, so they
 // would otherwise wait for the queue's next sweep. An error is dropped:
 // that sweep promotes them.
 func (s *SQL) promoteHeads(ctx context.Context, q sqlqueue.Queue, res CancelResult) {
-	kc, ok := s.Dialect.(sqlqueue.KeyClaimer)
+	hp, ok := s.Dialect.(sqlqueue.HeadPromoter)
 	if !ok || len(res.Cancelled) == 0 {
 		return
 	}
-	_ = s.exec(ctx, s.DB, kc.PromoteHeads(q, promoteLimit))
+	_ = s.exec(ctx, s.DB, hp.PromoteHeads(q, promoteLimit))
 }
 
 // promoteLimit bounds the rows one promotion after a cancel changes.

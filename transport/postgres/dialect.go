@@ -36,6 +36,7 @@ var (
 	_ sqlqueue.AckRider               = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.StatsDialect           = Dialect{}
+	_ sqlqueue.HeadPromoter           = Dialect{}
 )
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes
@@ -414,7 +415,7 @@ SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FR
 		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners, keys)
 }
 
-// PromoteHeads implements sqlqueue.KeyClaimer: the sweeper's repair of a
+// PromoteHeads implements sqlqueue.HeadPromoter: the sweeper's repair of a
 // key whose head is waiting with no hand-off coming (its predecessor left
 // by a path that hands nothing off: a sweep, the console, a listener that
 // stopped). One pass over the key index (the first row of each key) per

@@ -32,6 +32,7 @@ var (
 	_ sqlqueue.DirectDialect          = Dialect{}
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.QueueUpgrader          = Dialect{}
+	_ sqlqueue.HeadPromoter           = Dialect{}
 )
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes
@@ -292,7 +293,7 @@ func keyHeads(q sqlqueue.Queue) string {
 	return `SELECT (SELECT e.id FROM ` + q.Table + ` AS e WHERE e.ordering_key = k.value ORDER BY e.id LIMIT 1) FROM json_each(?7) AS k`
 }
 
-// PromoteHeads implements sqlqueue.KeyClaimer: per key, its first row (a
+// PromoteHeads implements sqlqueue.HeadPromoter: per key, its first row (a
 // pass over the key index), when waiting and pending.
 func (Dialect) PromoteHeads(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
 	return st(`UPDATE `+q.Table+` SET waiting = 0

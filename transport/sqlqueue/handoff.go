@@ -47,6 +47,12 @@ type KeyClaimer interface {
 	// reported the same way (state StateAcked); the claim's head check
 	// treats them as deleted.
 	ClaimKeys(q Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []Ref) Stmt
+}
+
+// A HeadPromoter is a KeyClaimer whose queue tables carry the waiting
+// marker (below): its full claims do not see a waiting row.
+type HeadPromoter interface {
+	KeyClaimer
 	// PromoteHeads clears the waiting marker of rows that head their key
 	// (no row of the key has a lower id) and are pending, at most limit;
 	// it returns one row per row changed. The sweeper runs it: a waiting
@@ -58,7 +64,7 @@ type KeyClaimer interface {
 
 // The waiting marker.
 //
-// A KeyClaimer's queue table has a boolean column waiting, and its full
+// A HeadPromoter's queue table has a boolean column waiting, and its full
 // claim reads an index of pending rows that are not waiting. Insert marks
 // a keyed row waiting when an earlier row of its key is still in the
 // table, so the rows blocked behind a key's head stay out of the full

@@ -28,7 +28,7 @@ type SweepResult struct {
 	// (Dialect.DeadLetterStray).
 	Stray int
 	// Promoted counts waiting rows found heading their key with no
-	// hand-off coming, made claimable (KeyClaimer.PromoteHeads).
+	// hand-off coming, made claimable (HeadPromoter.PromoteHeads).
 	Promoted int
 }
 
@@ -125,12 +125,12 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
 	}
-	if res.Ran && s.kc != nil {
+	if hp, ok := s.e.d.(HeadPromoter); ok && res.Ran {
 		// Its own statement, after the sweep's transaction: it locks only
 		// the rows it changes, and an error costs only itself.
 		err := s.e.retry(ctx, s.logger, "promote heads", idempotent, func() error {
 			var err error
-			res.Promoted, err = queryCount(ctx, s.e.db, &s.e.ctrs.sweeps, s.kc.PromoteHeads(s.q, sweepLimit))
+			res.Promoted, err = queryCount(ctx, s.e.db, &s.e.ctrs.sweeps, hp.PromoteHeads(s.q, sweepLimit))
 			return err
 		})
 		if err != nil {

@@ -181,7 +181,7 @@ func testHotKeysHandedOff(t *testing.T, h Harness) {
 }
 
 // testWaitingHeadPromoted checks the waiting marker (see
-// sqlqueue.KeyClaimer): a keyed row published behind an unsettled row of
+// sqlqueue.HeadPromoter): a keyed row published behind an unsettled row of
 // its key stays out of the full claim even once it heads its key, until a
 // hand-off claims it or the sweeper promotes it. Here its predecessor is
 // deleted by hand (as an operator's cancel, which hands nothing off): the
@@ -189,7 +189,9 @@ func testHotKeysHandedOff(t *testing.T, h Harness) {
 // and the next full claim takes it. Before the marker the full claim read
 // every row behind a key's head and took a2 at once.
 func testWaitingHeadPromoted(t *testing.T, h Harness) {
-	skipNoKeyClaimer(t, h)
+	if _, ok := h.Dialect.(sqlqueue.HeadPromoter); !ok {
+		t.Skipf("dialect %s does not implement sqlqueue.HeadPromoter", h.Dialect.Name())
+	}
 	f := h.open(t)
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
