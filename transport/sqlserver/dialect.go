@@ -746,19 +746,6 @@ func keysJSON(rows []sqlqueue.InsertRow) string {
 	return string(append(b, ']'))
 }
 
-// rowsJSON encodes rows as the JSON array Insert reads (see appendRow),
-// numbered from 1.
-func rowsJSON(rows []sqlqueue.InsertRow) string {
-	b := []byte{'['}
-	for i, r := range rows {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendRow(b, i+1, r)
-	}
-	return string(append(b, ']'))
-}
-
 // appendRow appends r as the JSON object Insert reads: n (its 1-based
 // order in the statement), u (uuid), h (headers, a string), b (body,
 // base64), d (delay) and t (time-to-live) in milliseconds, and k (the
