@@ -82,7 +82,9 @@ const (
 // transport on SQL Server is in this file. It implements
 // sqlqueue.Dialect, sqlqueue.SessionChecker,
 // sqlqueue.MissingTableClassifier, sqlqueue.DirectDialect (claims straight
-// into processing) and sqlqueue.AckRider (acks carried by claims). The
+// into processing), sqlqueue.AckRider (acks carried by claims) and
+// sqlqueue.KeyClaimer (the hand-off of a settled key's next row), not
+// sqlqueue.HeadPromoter (its queue tables have no waiting marker). The
 // zero value is ready to use.
 //
 // # Plan reuse
@@ -112,6 +114,7 @@ var (
 	_ sqlqueue.SweepSplitter          = Dialect{}
 	_ sqlqueue.DirectDialect          = Dialect{}
 	_ sqlqueue.AckRider               = Dialect{}
+	_ sqlqueue.KeyClaimer             = Dialect{}
 )
 
 // nv declares s as nvarchar(max), whatever its length (see Plan reuse).
@@ -708,10 +711,7 @@ func keyLocks(q sqlqueue.Queue) string {
 // Insert, Ordering keys).
 func insertText(q sqlqueue.Queue, h string) string {
 	return h + `DECLARE @own bit = 0, @r int, @table nvarchar(11), @res nvarchar(255), @m nvarchar(2048), @prev nvarchar(255), @next nvarchar(255);
-DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
-INSERT INTO @keys (k)
-SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p2) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
-BEGIN TRY
+` + keysVar("@p2") + `BEGIN TRY
 ` + keyLocks(q) + `	INSERT INTO ` + q.Table + ` (uuid, headers, body, due_at, expires_at, ordering_key)
 	SELECT v.uuid, v.headers, v.body, ` + after("v.delay_ms") + `,
 		CASE WHEN v.ttl_ms > 0 THEN ` + after("v.ttl_ms") + ` END, v.ordering_key
@@ -723,6 +723,17 @@ BEGIN CATCH
 	IF @own = 1 AND @@TRANCOUNT > 0 ROLLBACK TRANSACTION;
 	THROW;
 END CATCH;`
+}
+
+// keysVar declares the table variable @keys and fills it with the
+// distinct ordering keys of the JSON array of strings in param, in the
+// column's binary collation (so that they compare with ordering_key as
+// the column does, and seek its indexes).
+func keysVar(param string) string {
+	return `DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(` + param + `) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
+`
 }
 
 // keysJSON is the distinct ordering keys of rows, ascending, as the JSON
@@ -865,13 +876,21 @@ func claimPick(q sqlqueue.Queue, cols, extra string) string {
 SELECT TOP (@p1) p.id` + extra + `
 FROM ` + q.Table + ` AS p WITH (INDEX(` + d.QuoteIdent(q.Name+"_pending") + `), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
 WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
-	AND (p.ordering_key IS NULL OR (
+	AND (p.ordering_key IS NULL OR (` + keyProbes(q) + `))
+ORDER BY p.due_at, p.id;
+`
+}
+
+// keyProbes is the claim's head check of the keyed row p (see Claim,
+// Ordering keys): no row of its key with a lower id (e), none of its key
+// fetched or processing (f).
+func keyProbes(q sqlqueue.Queue) string {
+	d := Dialect{}
+	return `
 		NOT EXISTS (SELECT 1 FROM ` + q.Table + ` AS e WITH (INDEX(` + d.QuoteIdent(q.Name+"_key") + `), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
 		AND NOT EXISTS (SELECT 1 FROM ` + q.Table + ` AS f WITH (INDEX(` + d.QuoteIdent(q.Name+"_inflight") + `), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
-			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
-ORDER BY p.due_at, p.id;
-`
+			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)`
 }
 
 // claimTake is the claim's take (see Claim): the rows of @c still
@@ -900,8 +919,15 @@ DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarc
 // the first @p4 to processing as Begin would (attempts + 1, the lease
 // @p5) and the others to fetched (the fetch timeout @p3).
 func directClaim(q sqlqueue.Queue) string {
-	return claimPick(q, "id, started", ", CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END") +
-		claimTake(q, `state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
+	return claimPick(q, "id, started", directNumber) + directTake(q)
+}
+
+// directNumber numbers the picked rows in claim order (see directClaim).
+const directNumber = ", CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END"
+
+// directTake is ClaimDirect's take (see directClaim).
+func directTake(q sqlqueue.Queue) string {
+	return claimTake(q, `state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
 	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
 	lease_until = CASE WHEN c.started = 1 THEN `+after("@p5")+` ELSE `+after("@p3")+` END`, ", inserted.state")
 }
@@ -944,14 +970,87 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
 	return st(claimHead+`SET XACT_ABORT ON;
 `+directVars+`BEGIN TRANSACTION;
-DELETE q
-OUTPUT deleted.id, N'', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+` INTO @t
-FROM `+q.Table+` AS q`+settledHints+`
-INNER JOIN `+strings.Replace(refsTable, "@p1", "@p6", 1)+`
-WHERE q.state = 2`+pinLoop+`;
-`+directClaim(q)+`COMMIT TRANSACTION;
+`+riderDelete(q, "@p6")+directClaim(q)+`COMMIT TRANSACTION;
 SELECT id, uuid, headers, body, attempts, state FROM @t;`,
 		int64(n), owner, ms(fetchTimeout), int64(max(direct, 0)), ms(lease), nv(refsJSON(done)))
+}
+
+// riderDelete is ClaimComplete's DELETE of the riding acks, the refs in
+// param: Complete's, its rows output into @t with state
+// sqlqueue.StateAcked.
+func riderDelete(q sqlqueue.Queue, param string) string {
+	return `DELETE q
+OUTPUT deleted.id, N'', NULL, NULL, 0, ` + strconv.Itoa(sqlqueue.StateAcked) + ` INTO @t
+FROM ` + q.Table + ` AS q` + settledHints + `
+INNER JOIN ` + strings.Replace(refsTable, "@p1", param, 1) + `
+WHERE q.state = 2` + pinLoop + `;
+`
+}
+
+// ClaimKeys implements sqlqueue.KeyClaimer: ClaimDirect's batch (its head,
+// its take, its numbering, Claim's key probes) whose pick reads the heads
+// of the given keys only, not the pending index: per key of @p6 (a JSON
+// array of strings, into @keys as Insert reads its keys, so the text is
+// the same for any number of keys), its candidate is the first row of the
+// key index (TOP (1) by id, one seek), then that row itself (a seek of the
+// primary key), taken when it is pending, due and not expired, and when
+// Claim's probes find no row of its key with a lower id and none in
+// flight; at most @p1 rows, oldest due first, the first @p4 started.
+//
+// The candidate's seek passes locked rows (READPAST): it never waits for a
+// publisher's uncommitted insert of the key, which may be the caller's own
+// open transaction (Publisher.WithTx), nor for one of the next key in the
+// index when the key has no committed row left. The exactness is the
+// probes': a head row that a Complete is deleting is passed over by the
+// candidate's seek, and the next row is then checked by the e probe,
+// which, as in Claim, reads without READPAST and waits for the delete's
+// fate: committed, the next row heads its key; rolled back, it does not.
+// An uncommitted insert of the key draws ids above every committed row of
+// it (Insert's key lock), so no probe's range reaches it.
+//
+// With done (the acks riding on the claim), the batch is ClaimComplete's:
+// one XACT_ABORT transaction whose DELETE of the refs in @p7 (riderDelete,
+// fenced as Complete) runs before the pick, which sees it: a deleted ack
+// no longer heads its key, and the key's next row can be taken by the
+// same batch. Without, it is ClaimDirect's, in no transaction of its own.
+//
+// There is no waiting marker on SQL Server (no sqlqueue.HeadPromoter): a
+// full claim over hot keys' backlog still reads their blocked rows (see
+// Claim); the hand-off spares the claim that follows a settlement that
+// walk.
+func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
+	if keys == nil {
+		keys = []string{} // "[]", not "null", for OPENJSON
+	}
+	ks, _ := json.Marshal(keys) // strings always marshal
+	args := []any{int64(n), owner, ms(fetchTimeout), int64(max(direct, 0)), ms(lease), nv(string(ks))}
+	pick := keysPick(q) + directTake(q)
+	if len(done) == 0 {
+		return st(claimHead+directVars+keysVar("@p6")+pick+`SELECT id, uuid, headers, body, attempts, state FROM @t;`, args...)
+	}
+	return st(claimHead+`SET XACT_ABORT ON;
+`+directVars+keysVar("@p6")+`BEGIN TRANSACTION;
+`+riderDelete(q, "@p7")+pick+`COMMIT TRANSACTION;
+SELECT id, uuid, headers, body, attempts, state FROM @t;`, append(args, nv(refsJSON(done)))...)
+}
+
+// keysPick is ClaimKeys' pick: the heads of @keys into @c, numbered as
+// ClaimDirect's. The plan is pinned as the settlements' are: a loop over
+// @keys, each key one seek of the key index (INDEX, FORCESEEK) and its
+// candidate one seek of the primary key (FORCESEEK; the key index's rows
+// carry id, the clustered key), the probes as Claim's.
+func keysPick(q sqlqueue.Queue) string {
+	d := Dialect{}
+	return `INSERT INTO @c (id, started)
+SELECT TOP (@p1) p.id` + directNumber + `
+FROM @keys AS k
+CROSS APPLY (SELECT TOP (1) x.id FROM ` + q.Table + ` AS x WITH (INDEX(` + d.QuoteIdent(q.Name+"_key") + `), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE x.ordering_key IS NOT NULL AND x.ordering_key = k.k ORDER BY x.id) AS h
+INNER JOIN ` + q.Table + ` AS p WITH (FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK) ON p.id = h.id
+WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+	AND p.ordering_key IS NOT NULL AND (` + keyProbes(q) + `)
+ORDER BY p.due_at, p.id` + pinLoop + `;
+`
 }
 
 // ReleaseDirect implements sqlqueue.DirectDialect: Release for rows that

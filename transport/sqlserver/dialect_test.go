@@ -69,6 +69,8 @@ func TestStatementsGolden(t *testing.T) {
 		{"Claim", one(d.Claim(q, 42, 10, time.Minute)), []string{goldenClaim}, [][]any{{int64(10), int64(42), int64(60000)}}},
 		{"ClaimDirect", one(d.ClaimDirect(q, 42, 10, 4, time.Minute, 30*time.Second)), []string{goldenClaimDirect}, [][]any{{int64(10), int64(42), int64(60000), int64(4), int64(30000)}}},
 		{"ClaimComplete", one(d.ClaimComplete(q, 42, 10, 0, time.Minute, 30*time.Second, testRefs)), []string{goldenClaimComplete}, [][]any{{int64(10), int64(42), int64(60000), int64(0), int64(30000), nv(refsArg)}}},
+		{"ClaimKeys", one(d.ClaimKeys(q, 42, []string{"b", "a"}, 10, 4, time.Minute, 30*time.Second, nil)), []string{goldenClaimKeys}, [][]any{{int64(10), int64(42), int64(60000), int64(4), int64(30000), nv(`["b","a"]`)}}},
+		{"ClaimKeys riding", one(d.ClaimKeys(q, 42, []string{"a"}, 10, 0, time.Minute, 30*time.Second, testRefs)), []string{goldenClaimKeysRiding}, [][]any{{int64(10), int64(42), int64(60000), int64(0), int64(30000), nv(`["a"]`), nv(refsArg)}}},
 		{"MultiProbe", one(d.MultiProbe(probeQueues)), []string{goldenMultiProbe}, [][]any{nil}},
 
 		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{nv(refsArg), int64(30000)}}},
@@ -177,6 +179,7 @@ func allStatements() map[string][]sqlqueue.Stmt {
 		"Claim":             {d.Claim(q, 1, 64, time.Minute)},
 		"ClaimDirect":       {d.ClaimDirect(q, 1, 64, 8, time.Minute, time.Second)},
 		"ClaimComplete":     {d.ClaimComplete(q, 1, 64, 8, time.Minute, time.Second, testRefs)},
+		"ClaimKeys":         {d.ClaimKeys(q, 1, []string{"a", "b"}, 64, 8, time.Minute, time.Second, nil), d.ClaimKeys(q, 1, []string{"a"}, 64, 8, time.Minute, time.Second, testRefs)},
 		"ReleaseDirect":     {d.ReleaseDirect(q, testRefs)},
 		"MultiProbe":        {d.MultiProbe(probeQueues[:1]), d.MultiProbe(probeQueues)},
 		"Begin":             {d.Begin(q, testRefs, time.Second)},

@@ -380,6 +380,67 @@ OPTION (LOOP JOIN);
 ` + goldenDirectPickTake + `COMMIT TRANSACTION;
 SELECT id, uuid, headers, body, attempts, state FROM @t;`
 
+// goldenClaimKeys is ClaimDirect whose pick reads the heads of the keys
+// in @p6 (a JSON array into @keys): per key the first row of the key
+// index, passing locked rows, then that row by primary key, checked by
+// Claim's probes (issue 39).
+const goldenClaimKeys = `SET NOCOUNT ON;
+SET DEADLOCK_PRIORITY LOW;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY, started bit NOT NULL);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NULL, body varbinary(max) NULL, attempts int NOT NULL, state smallint NOT NULL);
+DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p6) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
+` + goldenKeysPickTake + `SELECT id, uuid, headers, body, attempts, state FROM @t;`
+
+// goldenKeysPickTake is ClaimKeys' pick and take.
+const goldenKeysPickTake = `INSERT INTO @c (id, started)
+SELECT TOP (@p1) p.id, CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END
+FROM @keys AS k
+CROSS APPLY (SELECT TOP (1) x.id FROM [app].[berth_q_orders__billing] AS x WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+	WHERE x.ordering_key IS NOT NULL AND x.ordering_key = k.k ORDER BY x.id) AS h
+INNER JOIN [app].[berth_q_orders__billing] AS p WITH (FORCESEEK, READPAST, ROWLOCK, READCOMMITTEDLOCK) ON p.id = h.id
+WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at > @now)
+	AND p.ordering_key IS NOT NULL AND (
+		NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS e WITH (INDEX([berth_q_orders__billing_key]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE e.ordering_key IS NOT NULL AND e.ordering_key = p.ordering_key AND e.id < p.id)
+		AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key))
+ORDER BY p.due_at, p.id
+OPTION (LOOP JOIN);
+UPDATE q SET state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
+	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
+	lease_until = CASE WHEN c.started = 1 THEN DATEADD(millisecond, CAST(@p5 % 1000 AS int), DATEADD(second, CAST(@p5 / 1000 AS int), @now)) ELSE DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now)) END
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts, inserted.state INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+INNER JOIN @c AS c ON q.id = c.id
+WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
+`
+
+// goldenClaimKeysRiding is ClaimKeys with riding acks: ClaimComplete's
+// transaction and DELETE (the refs in @p7) before the heads' pick.
+const goldenClaimKeysRiding = `SET NOCOUNT ON;
+SET DEADLOCK_PRIORITY LOW;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @now datetime2(3) = SYSUTCDATETIME();
+SET XACT_ABORT ON;
+DECLARE @c TABLE (id bigint NOT NULL PRIMARY KEY, started bit NOT NULL);
+DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NULL, body varbinary(max) NULL, attempts int NOT NULL, state smallint NOT NULL);
+DECLARE @keys TABLE (k nvarchar(255) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+INSERT INTO @keys (k)
+SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p6) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
+BEGIN TRANSACTION;
+DELETE q
+OUTPUT deleted.id, N'', NULL, NULL, 0, -1 INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
+INNER JOIN OPENJSON(@p7) WITH (id bigint '$.id', owner bigint '$.owner') AS r ON q.id = r.id AND q.owner = r.owner
+WHERE q.state = 2
+OPTION (LOOP JOIN);
+` + goldenKeysPickTake + `COMMIT TRANSACTION;
+SELECT id, uuid, headers, body, attempts, state FROM @t;`
+
 // goldenMultiProbe is the idle probe of probeQueues.
 const goldenMultiProbe = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

@@ -84,6 +84,8 @@ func TestPlansSeek(t *testing.T) {
 		{"claim", q.Name + "_pending", d.Claim(q, 1, 64, time.Minute)},
 		{"direct claim", q.Name + "_pending", d.ClaimDirect(q, 1, 64, 16, time.Minute, time.Minute)},
 		{"claim carrying acks", q.Name + "_pending", d.ClaimComplete(q, 1, 64, 16, time.Minute, time.Minute, []sqlqueue.Ref{{ID: 1, Owner: 2}})},
+		{"key claim", q.Name + "_key", d.ClaimKeys(q, 1, []string{"a", "b"}, 64, 16, time.Minute, time.Minute, nil)},
+		{"key claim carrying acks", q.Name + "_key", d.ClaimKeys(q, 1, []string{"a"}, 64, 16, time.Minute, time.Minute, []sqlqueue.Ref{{ID: 1, Owner: 2}})},
 		{"recover", q.Name + "_leased", d.Recover(q, 5, 500)},
 		{"dead-letter expired", q.Name + "_leased", d.DeadLetterExpired(n, q, 5, "r", 500)[0]},
 		{"drop expired", q.Name + "_expiry", d.DropExpired(q, 500)},

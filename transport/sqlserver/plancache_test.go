@@ -63,6 +63,12 @@ func TestOneDeclarationListPerStatement(t *testing.T) {
 		send("Claim", d.Claim(q, int64(k), k, time.Duration(k)*time.Second))
 		send("ClaimDirect", d.ClaimDirect(q, int64(k), k, k/2, time.Duration(k)*time.Second, time.Minute))
 		send("ClaimComplete", d.ClaimComplete(q, int64(k), k, k/3, time.Minute, time.Duration(k)*time.Second, refs))
+		keys := make([]string, 1+k%40)
+		for i := range keys {
+			keys[i] = strings.Repeat("k", 1+(i*k)%255)
+		}
+		send("ClaimKeys", d.ClaimKeys(q, int64(k), keys, k, k/2, time.Minute, time.Duration(k)*time.Second, nil))
+		send("ClaimKeys riding", d.ClaimKeys(q, int64(k), keys, k, k/3, time.Minute, time.Duration(k)*time.Second, refs))
 		send("ReleaseDirect", d.ReleaseDirect(q, refs))
 		send("Begin", d.Begin(q, refs, time.Duration(k)*time.Second))
 		send("Complete", d.Complete(q, refs))
