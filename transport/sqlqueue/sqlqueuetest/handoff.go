@@ -225,3 +225,39 @@ func testWaitingHeadPromoted(t *testing.T, h Harness) {
 		t.Fatalf("a second sweep promoted %d rows (%v); want none: a3 waits behind a2 in flight", res.Promoted, err)
 	}
 }
+
+// testDelayedKeyedRowReady checks that a delayed keyed row is never
+// waiting: once its key's head is gone it is taken by a full claim when it
+// falls due, with no hand-off and no sweep (this case runs neither). A
+// hand-off that finds a head not yet due leaves it, and nothing else would
+// make a waiting row claimable before the next sweep.
+func testDelayedKeyedRowReady(t *testing.T, h Harness) {
+	if _, ok := h.Dialect.(sqlqueue.HeadPromoter); !ok {
+		t.Skipf("dialect %s does not implement sqlqueue.HeadPromoter", h.Dialect.Name())
+	}
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	src := f.newSource(t, db, "delayedkey")
+	q := src.Queue()
+	ctx := context.Background()
+	a2 := keyed("a", "a2")
+	a2.Metadata.Set(sqlqueue.MetadataDelay, "300ms")
+	if err := pub.Publish("delayedkey", keyed("a", "a1"), a2); err != nil {
+		t.Fatal(err)
+	}
+	ds, got := ClaimPayloads(t, src, 10)
+	if !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("first claim took %v, want [a1]", got)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM `+q.Table+` WHERE id = `+f.ph(1), rowID(t, ds[0].ID)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a full claim to take a2 once due", func() bool {
+		_, got := ClaimPayloads(t, src, 10)
+		if len(got) > 0 && !slices.Equal(got, []string{"a2"}) {
+			t.Fatalf("claim took %v, want [a2]", got)
+		}
+		return len(got) == 1
+	})
+}

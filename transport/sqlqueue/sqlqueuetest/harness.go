@@ -160,6 +160,7 @@ var cases = []struct {
 	{"KeyClaimTakesHeads", testKeyClaimTakesHeads},
 	{"HotKeysHandedOff", testHotKeysHandedOff},
 	{"WaitingHeadPromoted", testWaitingHeadPromoted},
+	{"DelayedKeyedRowReady", testDelayedKeyedRowReady},
 	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
 	{"DirectClaimCountsAttemptOnce", testDirectClaim},
 	{"DirectClaimReleasedOnClose", testDirectClose},
