@@ -118,36 +118,33 @@ func (d Dialect) Migrations(n sqlqueue.Names) []sqlqueue.Migration {
 		// gets the column and its index now, under the schema lock; a
 		// table only a publisher made gets them from CreateQueue at its
 		// next use (QueueExists reports the index missing).
-		st(`DO $berth$
-DECLARE r text; t text;
-BEGIN
-	FOR r IN SELECT queue_table FROM ` + n.Subscriptions + ` LOOP
-		t := ` + schemaPrefix(n.Schema) + `quote_ident(r);
-		IF to_regclass(t) IS NOT NULL THEN
-			EXECUTE 'ALTER TABLE ' || t || ' ADD COLUMN IF NOT EXISTS ordering_key text';
-			EXECUTE 'CREATE INDEX IF NOT EXISTS ' || quote_ident(r || '_key') || ' ON ' || t || ' ` + keyIndex + `';
-		END IF;
-	END LOOP;
-END
-$berth$`),
+		eachQueueTable(n, `ordering_key text`, `_key`, keyIndex),
 	}}, {Version: 3, Stmts: []sqlqueue.Stmt{
 		// Version 3 adds the waiting marker (see Insert) and the claim's
 		// index over the rows that are not waiting, to every subscribed
 		// queue table, as version 2 did. Existing rows are not waiting:
 		// the claim's head check still orders them.
-		st(`DO $berth$
+		eachQueueTable(n, `waiting boolean NOT NULL DEFAULT false`, `_ready`, readyIndex),
+	}}}
+}
+
+// eachQueueTable is a migration's statement that adds column (its
+// definition) and the index <table><suffix> on index (its column list and
+// filter) to every subscribed queue table that exists, under the schema
+// lock.
+func eachQueueTable(n sqlqueue.Names, column, suffix, index string) sqlqueue.Stmt {
+	return st(`DO $berth$
 DECLARE r text; t text;
 BEGIN
 	FOR r IN SELECT queue_table FROM ` + n.Subscriptions + ` LOOP
 		t := ` + schemaPrefix(n.Schema) + `quote_ident(r);
 		IF to_regclass(t) IS NOT NULL THEN
-			EXECUTE 'ALTER TABLE ' || t || ' ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false';
-			EXECUTE 'CREATE INDEX IF NOT EXISTS ' || quote_ident(r || '_ready') || ' ON ' || t || ' ` + readyIndex + `';
+			EXECUTE 'ALTER TABLE ' || t || ' ADD COLUMN IF NOT EXISTS ` + column + `';
+			EXECUTE 'CREATE INDEX IF NOT EXISTS ' || quote_ident(r || '` + suffix + `') || ' ON ' || t || ' ` + index + `';
 		END IF;
 	END LOOP;
 END
-$berth$`),
-	}}}
+$berth$`)
 }
 
 // schemaPrefix is the SQL expression that qualifies a quoted table name in

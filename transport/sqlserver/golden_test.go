@@ -352,14 +352,7 @@ WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at
 		AND NOT EXISTS (SELECT 1 FROM [app].[berth_q_orders__billing] AS f WITH (INDEX([berth_q_orders__billing_inflight]), FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
 			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key)))
 ORDER BY p.due_at, p.id;
-UPDATE q SET state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
-	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
-	lease_until = CASE WHEN c.started = 1 THEN DATEADD(millisecond, CAST(@p5 % 1000 AS int), DATEADD(second, CAST(@p5 / 1000 AS int), @now)) ELSE DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now)) END
-OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts, inserted.state INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
-INNER JOIN @c AS c ON q.id = c.id
-WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
-`
+` + goldenDirectTake
 
 // goldenClaimComplete is ClaimDirect with Complete's DELETE of the refs in
 // @p6 first, all in one transaction.
@@ -395,6 +388,17 @@ INSERT INTO @keys (k)
 SELECT DISTINCT j.k COLLATE Latin1_General_100_BIN2 FROM OPENJSON(@p6) WITH (k nvarchar(255) '$') AS j WHERE j.k IS NOT NULL;
 ` + goldenKeysPickTake + `SELECT id, uuid, headers, body, attempts, state FROM @t;`
 
+// goldenDirectTake is the take of ClaimDirect and ClaimKeys: the picked
+// rows by id, the first started, the others fetched.
+const goldenDirectTake = `UPDATE q SET state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
+	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
+	lease_until = CASE WHEN c.started = 1 THEN DATEADD(millisecond, CAST(@p5 % 1000 AS int), DATEADD(second, CAST(@p5 / 1000 AS int), @now)) ELSE DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now)) END
+OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts, inserted.state INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
+INNER JOIN @c AS c ON q.id = c.id
+WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
+`
+
 // goldenKeysPickTake is ClaimKeys' pick and take.
 const goldenKeysPickTake = `INSERT INTO @c (id, started)
 SELECT TOP (@p1) p.id, CASE WHEN ROW_NUMBER() OVER (ORDER BY p.due_at, p.id) <= @p4 THEN 1 ELSE 0 END
@@ -410,14 +414,7 @@ WHERE p.state = 0 AND p.due_at <= @now AND (p.expires_at IS NULL OR p.expires_at
 			WHERE f.ordering_key IS NOT NULL AND f.state > 0 AND f.ordering_key = p.ordering_key))
 ORDER BY p.due_at, p.id
 OPTION (LOOP JOIN);
-UPDATE q SET state = CASE WHEN c.started = 1 THEN 2 ELSE 1 END, owner = @p2,
-	attempts = q.attempts + CASE WHEN c.started = 1 THEN 1 ELSE 0 END,
-	lease_until = CASE WHEN c.started = 1 THEN DATEADD(millisecond, CAST(@p5 % 1000 AS int), DATEADD(second, CAST(@p5 / 1000 AS int), @now)) ELSE DATEADD(millisecond, CAST(@p3 % 1000 AS int), DATEADD(second, CAST(@p3 / 1000 AS int), @now)) END
-OUTPUT inserted.id, inserted.uuid, inserted.headers, inserted.body, inserted.attempts, inserted.state INTO @t
-FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READPAST, READCOMMITTEDLOCK)
-INNER JOIN @c AS c ON q.id = c.id
-WHERE q.state = 0 AND q.due_at <= @now AND (q.expires_at IS NULL OR q.expires_at > @now);
-`
+` + goldenDirectTake
 
 // goldenClaimKeysRiding is ClaimKeys with riding acks: ClaimComplete's
 // transaction and DELETE (the refs in @p7) before the heads' pick.

@@ -24,6 +24,14 @@ func skipNoKeyClaimer(t *testing.T, h Harness) sqlqueue.KeyClaimer {
 	return kc
 }
 
+// skipNoHeadPromoter skips a case on a dialect without the waiting marker.
+func skipNoHeadPromoter(t *testing.T, h Harness) {
+	t.Helper()
+	if _, ok := h.Dialect.(sqlqueue.HeadPromoter); !ok {
+		t.Skipf("dialect %s does not implement sqlqueue.HeadPromoter", h.Dialect.Name())
+	}
+}
+
 // testKeyClaimTakesHeads runs ClaimKeys itself: per key it claims the
 // lowest row only when that row is pending and due (a key whose head is
 // processing or delayed gives nothing, a key without rows nothing), and an
@@ -189,9 +197,7 @@ func testHotKeysHandedOff(t *testing.T, h Harness) {
 // and the next full claim takes it. Before the marker the full claim read
 // every row behind a key's head and took a2 at once.
 func testWaitingHeadPromoted(t *testing.T, h Harness) {
-	if _, ok := h.Dialect.(sqlqueue.HeadPromoter); !ok {
-		t.Skipf("dialect %s does not implement sqlqueue.HeadPromoter", h.Dialect.Name())
-	}
+	skipNoHeadPromoter(t, h)
 	f := h.open(t)
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
@@ -232,9 +238,7 @@ func testWaitingHeadPromoted(t *testing.T, h Harness) {
 // hand-off that finds a head not yet due leaves it, and nothing else would
 // make a waiting row claimable before the next sweep.
 func testDelayedKeyedRowReady(t *testing.T, h Harness) {
-	if _, ok := h.Dialect.(sqlqueue.HeadPromoter); !ok {
-		t.Skipf("dialect %s does not implement sqlqueue.HeadPromoter", h.Dialect.Name())
-	}
+	skipNoHeadPromoter(t, h)
 	f := h.open(t)
 	db := f.pool(t, 4)
 	pub := f.newPub(t, db)
