@@ -125,6 +125,13 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 	if err != nil {
 		return SweepResult{}, fmt.Errorf("sqlqueue: sweep %s: %w", s.q.Name, err)
 	}
+	s.e.ctrs.recovered.Add(int64(res.Recovered))
+	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered + res.Stray))
+	s.e.ctrs.stray.Add(int64(res.Stray))
+	s.e.ctrs.expired.Add(int64(res.Expired))
+	if res.Recovered > 0 {
+		s.w.send()
+	}
 	if hp, ok := s.e.d.(HeadPromoter); ok && res.Ran {
 		// Its own statement, after the sweep's transaction: it locks only
 		// the rows it changes, and an error costs only itself.
@@ -139,13 +146,6 @@ func (s *Source) Sweep(ctx context.Context) (SweepResult, error) {
 		if res.Promoted > 0 {
 			s.w.send()
 		}
-	}
-	s.e.ctrs.recovered.Add(int64(res.Recovered))
-	s.e.ctrs.deadLettered.Add(int64(res.DeadLettered + res.Stray))
-	s.e.ctrs.stray.Add(int64(res.Stray))
-	s.e.ctrs.expired.Add(int64(res.Expired))
-	if res.Recovered > 0 {
-		s.w.send()
 	}
 	return res, nil
 }
