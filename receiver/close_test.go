@@ -97,7 +97,7 @@ type hangingSource struct {
 	hung atomic.Int64
 }
 
-func (s *hangingSource) Retry(ctx context.Context, _ *transport.Delivery, _ time.Duration) error {
+func (s *hangingSource) Retry(ctx context.Context, _ *transport.Delivery, _ time.Duration, _ string) error {
 	s.hung.Add(1)
 	<-ctx.Done()
 	return ctx.Err()

@@ -264,7 +264,7 @@ func (r *stage) gate(d *transport.Delivery, msg *message.Message) bool {
 		// Begin panicked: fault, and hand the delivery back rather than
 		// leave it to lease expiry (a lost lease makes the call a no-op).
 		r.recordFault("begin", p)
-		r.retry(d, msg, 0)
+		r.retry(d, msg, 0, "not delivered: the lease gate (Begin) panicked")
 		return false
 	case errors.Is(err, transport.ErrLeaseLost):
 		r.logDebug("lease lost before processing; skipped", watermill.LogFields{"id": d.ID})

@@ -153,7 +153,7 @@ func (f *flight) watch(wake <-chan struct{}) kept {
 		outcome = r.nack(f.d, f.msg, f.tracker.NackReason())
 	default:
 		r.logDebug("closing: un-settled message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
-		r.retry(f.d, f.msg, 0)
+		r.retry(f.d, f.msg, 0, "abandoned: the subscriber closed before the handler settled it")
 	}
 	return f.endKeep(outcome, wake != nil)
 }
@@ -180,7 +180,7 @@ func (f *flight) again() (bool, kept) {
 	handBack := func() (bool, kept) {
 		f.take()
 		r.logDebug("closing: message waiting for an in-place retry handed back", watermill.LogFields{"id": f.d.ID})
-		r.retry(f.d, f.msg, 0)
+		r.retry(f.d, f.msg, 0, f.tracker.NackReason())
 		return false, f.endKeep(transport.OutcomeAbandoned, true)
 	}
 	if delay := r.cfg.RetryDelayFor(f.d.Attempt); delay > 0 {
@@ -281,7 +281,7 @@ func (f *flight) undelivered() {
 	if f.d.Started {
 		f.r.release([]*transport.Delivery{f.d})
 	} else {
-		f.r.retry(f.d, f.msg, 0)
+		f.r.retry(f.d, f.msg, 0, "not delivered: the subscriber stopped before the handler took it")
 	}
 	f.end(transport.OutcomeAbandoned)
 }
@@ -293,7 +293,7 @@ func (f *flight) handBack() {
 	f.tracker.Cancel()
 	f.rollbackTx(false)
 	f.r.logDebug("closing: batched message handed back for redelivery", watermill.LogFields{"id": f.d.ID})
-	f.r.retry(f.d, f.msg, 0)
+	f.r.retry(f.d, f.msg, 0, "abandoned: the subscriber closed before its batch settled it")
 	f.end(transport.OutcomeAbandoned)
 }
 

@@ -60,7 +60,7 @@ func (s *fakeSource) Complete(context.Context, *transport.Delivery) error {
 	s.mu.Unlock()
 	return nil
 }
-func (s *fakeSource) Retry(context.Context, *transport.Delivery, time.Duration) error {
+func (s *fakeSource) Retry(context.Context, *transport.Delivery, time.Duration, string) error {
 	s.mu.Lock()
 	s.retried++
 	s.available++

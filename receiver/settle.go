@@ -115,7 +115,7 @@ func (r *stage) nack(d *transport.Delivery, msg *message.Message, why string) tr
 		return transport.OutcomeDeadLettered
 	}
 	delay := r.cfg.RetryDelayFor(d.Attempt)
-	r.retry(d, msg, delay)
+	r.retry(d, msg, delay, why)
 	if r.onRetry != nil {
 		// The loop looks for the message when it falls due, not at its
 		// next poll (an idle loop waits its whole empty delay).
@@ -124,11 +124,11 @@ func (r *stage) nack(d *transport.Delivery, msg *message.Message, why string) tr
 	return transport.OutcomeNacked
 }
 
-func (r *stage) retry(d *transport.Delivery, msg *message.Message, delay time.Duration) {
+func (r *stage) retry(d *transport.Delivery, msg *message.Message, delay time.Duration, why string) {
 	ctx, cancel := r.callCtx()
 	defer cancel()
 	start := time.Now()
-	err := r.guarded("nack", func() error { return r.src.Retry(ctx, d, delay) })
+	err := r.guarded("nack", func() error { return r.src.Retry(ctx, d, delay, why) })
 	r.settled(transport.SettleNack, msg, 1, start, err)
 	if err != nil {
 		r.logError("nack failed; the message returns after its lease expires", err, watermill.LogFields{"id": d.ID})

@@ -50,7 +50,7 @@ func (s *gateSource) Complete(_ context.Context, d *transport.Delivery) error {
 	s.mu.Unlock()
 	return nil
 }
-func (s *gateSource) Retry(_ context.Context, d *transport.Delivery, delay time.Duration) error {
+func (s *gateSource) Retry(_ context.Context, d *transport.Delivery, delay time.Duration, _ string) error {
 	s.mu.Lock()
 	s.retried[d.ID] = delay
 	s.mu.Unlock()

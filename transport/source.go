@@ -45,8 +45,11 @@ type Source interface {
 	// Complete removes a successfully handled delivery (the ack).
 	Complete(ctx context.Context, d *Delivery) error
 
-	// Retry makes a nacked delivery available again after delay.
-	Retry(ctx context.Context, d *Delivery, delay time.Duration) error
+	// Retry makes a nacked delivery available again after delay. reason
+	// is why the attempt failed ("" when the handler recorded none); a
+	// source that can change the message it redelivers appends the
+	// attempt's AttemptLine to its MetadataAttemptErrors.
+	Retry(ctx context.Context, d *Delivery, delay time.Duration, reason string) error
 
 	// Release returns deliveries that never reached user code to the broker
 	// untouched: no attempt is counted and they are available at once.

@@ -423,13 +423,20 @@ func (s *source) Complete(_ context.Context, d *transport.Delivery) error {
 	return nil
 }
 
-func (s *source) Retry(_ context.Context, d *transport.Delivery, delay time.Duration) error {
+// Retry returns the message to the queue after delay with the attempt's
+// line appended to its transport.MetadataAttemptErrors.
+func (s *source) Retry(_ context.Context, d *transport.Delivery, delay time.Duration, reason string) error {
+	line := transport.AttemptLine(d.Attempt, time.Now(), reason)
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	e, ok := s.owned(d, fetched, processing)
 	if !ok {
 		return transport.ErrLeaseLost
 	}
+	md := make(map[string]string, len(e.metadata)+1)
+	maps.Copy(md, e.metadata)
+	md[transport.MetadataAttemptErrors] = transport.AppendAttemptLine(md[transport.MetadataAttemptErrors], line)
+	e.metadata = md
 	e.state, e.owner = ready, ""
 	e.due = time.Now().Add(delay)
 	s.q.order = append(s.q.order, e.seq)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -597,18 +598,37 @@ RETURNING q.id`, ids, owners, sqlqueue.Millis(lease))
 }
 
 // Retry implements sqlqueue.Dialect.
+//
+// The attempt's line goes into the headers through jsonb, which refuses
+// what json (and Go) accept: \u0000 and unpaired surrogate escapes. A
+// row whose headers hold such an escape (Go never writes the surrogates;
+// it writes a NUL in metadata as \u0000) keeps its headers, so that one
+// row cannot fail its batch; so do headers that are not an object.
 func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 	ids := make([]int64, len(rows))
 	owners := make([]int64, len(rows))
 	delays := make([]int64, len(rows))
+	lines := make([]string, len(rows))
 	for i, r := range rows {
-		ids[i], owners[i], delays[i] = r.ID, r.Owner, sqlqueue.Millis(r.Delay)
+		ids[i], owners[i], delays[i], lines[i] = r.ID, r.Owner, sqlqueue.Millis(r.Delay), r.Line
 	}
 	return st(`UPDATE `+q.Table+` AS q
-SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond'
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, owner, delay_ms)
+SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond',
+	headers = CASE WHEN q.headers !~ '^\s*\{' OR q.headers ~* '\\u(0000|d[89a-f])' THEN q.headers
+		ELSE (q.headers::jsonb || jsonb_build_object('`+transport.MetadataAttemptErrors+`', `+keepLast(`coalesce(q.headers::jsonb ->> '`+transport.MetadataAttemptErrors+`', '') || r.line`)+`))::text END
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, owner, delay_ms, line)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
-RETURNING q.id`, ids, owners, delays)
+RETURNING q.id`, ids, owners, delays, lines)
+}
+
+// keepLast is the SQL expression of transport.AppendAttemptLine over v
+// (history || line): v when it fits in transport.MaxAttemptErrors
+// characters, else its last that many with the line they cut dropped.
+func keepLast(v string) string {
+	n := strconv.Itoa(transport.MaxAttemptErrors)
+	tail := `right(` + v + `, ` + n + `)`
+	return `CASE WHEN length(` + v + `) <= ` + n + ` THEN ` + v + `
+		ELSE substr(` + tail + `, strpos(` + tail + `, E'\n') + 1) END`
 }
 
 // Release implements sqlqueue.Dialect.

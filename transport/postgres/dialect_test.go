@@ -40,9 +40,9 @@ func TestStatements(t *testing.T) {
 		{"release", d.Release(q, refs),
 			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id`,
 			[]any{[]int64{1, 2}, []int64{10, 20}}},
-		{"retry", d.Retry(q, []sqlqueue.RetryRef{{Ref: refs[0], Delay: time.Second}}),
-			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond' FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, owner, delay_ms) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
-			[]any{[]int64{1}, []int64{10}, []int64{1000}}},
+		{"retry", d.Retry(q, []sqlqueue.RetryRef{{Ref: refs[0], Delay: time.Second, Line: "attempt 1\n"}}),
+			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond', headers = CASE WHEN q.headers !~ '^\s*\{' OR q.headers ~* '\\u(0000|d[89a-f])' THEN q.headers ELSE (q.headers::jsonb || jsonb_build_object('berth_attempt_errors', CASE WHEN length(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line) <= 2000 THEN coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line ELSE substr(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), strpos(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), E'\n') + 1) END))::text END FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, owner, delay_ms, line) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
+			[]any{[]int64{1}, []int64{10}, []int64{1000}, []string{"attempt 1\n"}}},
 	} {
 		if got := norm(c.st.SQL); got != c.sql {
 			t.Errorf("%s SQL:\n got %s\nwant %s", c.name, got, c.sql)

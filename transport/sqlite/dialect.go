@@ -10,6 +10,7 @@ import (
 
 	"modernc.org/sqlite"
 
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -385,22 +386,32 @@ func (d Dialect) Renew(q sqlqueue.Queue, rs []sqlqueue.Ref, lease time.Duration)
 	return fenced(rs, `UPDATE `+q.Table+` SET lease_until = ?`, "2", "id", d.now()+sqlqueue.Millis(lease))
 }
 
-// Retry implements sqlqueue.Dialect.
+// Retry implements sqlqueue.Dialect. Headers that are not a valid JSON
+// object keep their text (no attempt line), so that one row cannot fail
+// its batch.
 func (d Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 	now := d.now()
 	var b strings.Builder
-	args := make([]any, 0, 3*len(rows))
+	args := make([]any, 0, 4*len(rows))
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?)")
-		args = append(args, r.ID, r.Owner, now+sqlqueue.Millis(r.Delay))
+		b.WriteString("(?, ?, ?, ?)")
+		args = append(args, r.ID, r.Owner, now+sqlqueue.Millis(r.Delay), r.Line)
 	}
-	return st(`WITH r(id, owner, due_at) AS (VALUES `+b.String()+`)
-UPDATE `+q.Table+` SET state = 0, owner = NULL, lease_until = NULL,
-	due_at = (SELECT r.due_at FROM r WHERE r.id = `+q.Table+`.id)
-WHERE state = 2 AND (id, owner) IN (SELECT id, owner FROM r)
+	const path = `'$.` + transport.MetadataAttemptErrors + `'`
+	v := `coalesce(json_extract(q.headers, ` + path + `), '') || r.line`
+	n := strconv.Itoa(transport.MaxAttemptErrors)
+	tail := `substr(` + v + `, -` + n + `)`
+	return st(`WITH r(id, owner, due_at, line) AS (VALUES `+b.String()+`)
+UPDATE `+q.Table+` AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = r.due_at,
+	headers = CASE WHEN NOT json_valid(q.headers) THEN q.headers
+		WHEN json_type(q.headers) <> 'object' THEN q.headers
+		ELSE json_set(q.headers, `+path+`, CASE WHEN length(`+v+`) <= `+n+` THEN `+v+`
+			ELSE substr(`+tail+`, instr(`+tail+`, char(10)) + 1) END) END
+FROM r
+WHERE q.state = 2 AND q.id = r.id AND q.owner = r.owner
 RETURNING id`, args...)
 }
 

@@ -141,7 +141,8 @@ type Dialect interface {
 	// Returns ids.
 	Renew(q Queue, refs []Ref, lease time.Duration) Stmt
 	// Retry returns rows to StatePending with due_at = now + each row's
-	// delay, owner and lease_until cleared, attempts unchanged, fenced on
+	// delay, owner and lease_until cleared, attempts unchanged, each row's
+	// Line appended to its headers (see RetryRef), fenced on
 	// StateProcessing. Returns ids.
 	Retry(q Queue, rows []RetryRef) Stmt
 	// Release returns rows to StatePending (owner and lease_until cleared;
@@ -311,10 +312,16 @@ type Ref struct {
 	Owner int64
 }
 
-// RetryRef is a Ref with its redelivery delay.
+// RetryRef is a Ref with its redelivery delay and the attempt's line
+// (transport.AttemptLine), which Retry appends to the row's
+// transport.MetadataAttemptErrors header as transport.AppendAttemptLine
+// does: the newest lines that fit in transport.MaxAttemptErrors
+// characters. Retry leaves headers that are not a JSON object its
+// database can edit as they are.
 type RetryRef struct {
 	Ref
 	Delay time.Duration
+	Line  string
 }
 
 // InsertRow is one message to insert.

@@ -167,6 +167,7 @@ type claimedRow struct {
 type retryItem struct {
 	d     *transport.Delivery
 	delay time.Duration
+	line  string // transport.AttemptLine
 }
 
 func newSource(e *engine, cfg SubscriberConfig, q Queue, skipShort bool) *Source {
@@ -692,12 +693,15 @@ func (s *Source) flushComplete(ctx context.Context, ds []*transport.Delivery) []
 }
 
 // Retry implements transport.Source: the row returns to pending, due after
-// delay, group-committed.
-func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+// delay, with the attempt's line appended to the headers'
+// transport.MetadataAttemptErrors, group-committed.
+func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration, reason string) error {
+	now := time.Now()
 	if delay > 0 {
-		s.retryDues.Add(time.Now().Add(delay))
+		s.retryDues.Add(now.Add(delay))
 	}
-	return s.settleErr("retry", d, s.retry.Do(ctx, retryItem{d: d, delay: delay}))
+	line := transport.AttemptLine(d.Attempt, now, reason)
+	return s.settleErr("retry", d, s.retry.Do(ctx, retryItem{d: d, delay: delay, line: line}))
 }
 
 func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
@@ -706,7 +710,7 @@ func (s *Source) flushRetry(ctx context.Context, items []retryItem) []error {
 	now := false
 	for i, it := range items {
 		ds[i] = it.d
-		rows[i] = RetryRef{Ref: refOf(it.d), Delay: it.delay}
+		rows[i] = RetryRef{Ref: refOf(it.d), Delay: it.delay, Line: it.line}
 		now = now || it.delay <= 0
 	}
 	if now { // rows due at once: don't leave them to the next poll

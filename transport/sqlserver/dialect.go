@@ -15,6 +15,7 @@ import (
 
 	mssql "github.com/microsoft/go-mssqldb"
 
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -1198,14 +1199,23 @@ func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 		b = strconv.AppendInt(b, r.Owner, 10)
 		b = append(b, `,"delay_ms":`...)
 		b = strconv.AppendInt(b, ms(r.Delay), 10)
+		b = append(b, `,"line":`...)
+		b = appendJSONString(b, r.Line)
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	const path = `'$.` + transport.MetadataAttemptErrors + `'`
+	v := `ISNULL(JSON_VALUE(q.headers, ` + path + `), N'') + r.line`
+	n := strconv.Itoa(transport.MaxAttemptErrors)
+	tail := `RIGHT(` + v + `, ` + n + `)`
 	return st(headLocking+`DECLARE @t TABLE (id bigint NOT NULL);
-UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = `+after("r.delay_ms")+`
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = `+after("r.delay_ms")+`,
+	headers = CASE WHEN ISJSON(q.headers) = 0 OR LEFT(LTRIM(q.headers), 1) <> N'{' THEN q.headers
+		ELSE JSON_MODIFY(q.headers, `+path+`, CASE WHEN LEN(`+v+`) <= `+n+` THEN `+v+`
+			ELSE SUBSTRING(`+tail+`, CHARINDEX(NCHAR(10), `+tail+`) + 1, `+n+`) END) END
 OUTPUT inserted.id INTO @t
 FROM `+q.Table+` AS q`+settledHints+`
-INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms', line nvarchar(1000) '$.line') AS r ON q.id = r.id AND q.owner = r.owner
 WHERE q.state = 2`+pinLoop+`;
 SELECT id FROM @t;`, nv(string(b)))
 }

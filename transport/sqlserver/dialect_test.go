@@ -76,7 +76,7 @@ func TestStatementsGolden(t *testing.T) {
 		{"Begin", one(d.Begin(q, testRefs, 30*time.Second)), []string{goldenBegin}, [][]any{{nv(refsArg), int64(30000)}}},
 		{"Complete", one(d.Complete(q, testRefs)), []string{goldenComplete}, [][]any{{nv(refsArg)}}},
 		{"Renew", one(d.Renew(q, testRefs, 30*time.Second)), []string{goldenRenew}, [][]any{{nv(refsArg), int64(30000)}}},
-		{"Retry", one(d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0], Delay: 100 * time.Millisecond}})), []string{goldenRetry}, [][]any{{nv(`[{"id":7,"owner":42,"delay_ms":100}]`)}}},
+		{"Retry", one(d.Retry(q, []sqlqueue.RetryRef{{Ref: testRefs[0], Delay: 100 * time.Millisecond, Line: "attempt 1 at \"t\"\n"}})), []string{goldenRetry}, [][]any{{nv(`[{"id":7,"owner":42,"delay_ms":100,"line":"attempt 1 at \"t\"\n"}]`)}}},
 		{"Release", one(d.Release(q, testRefs)), []string{goldenRelease}, [][]any{{nv(refsArg)}}},
 		{"ReleaseDirect", one(d.ReleaseDirect(q, testRefs)), []string{goldenReleaseDirect}, [][]any{{nv(refsArg)}}},
 		{"DeadLetter", d.DeadLetter(n, q, testRefs[0], "boom"), []string{goldenDeadLetter}, [][]any{{int64(7), int64(42), nv("berth_q_orders__billing"), nv("boom")}}},

@@ -491,10 +491,13 @@ const goldenRetry = `SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @now datetime2(3) = SYSUTCDATETIME();
 DECLARE @t TABLE (id bigint NOT NULL);
-UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = DATEADD(millisecond, CAST(r.delay_ms % 1000 AS int), DATEADD(second, CAST(r.delay_ms / 1000 AS int), @now))
+UPDATE q SET state = 0, owner = NULL, lease_until = NULL, due_at = DATEADD(millisecond, CAST(r.delay_ms % 1000 AS int), DATEADD(second, CAST(r.delay_ms / 1000 AS int), @now)),
+	headers = CASE WHEN ISJSON(q.headers) = 0 OR LEFT(LTRIM(q.headers), 1) <> N'{' THEN q.headers
+		ELSE JSON_MODIFY(q.headers, '$.berth_attempt_errors', CASE WHEN LEN(ISNULL(JSON_VALUE(q.headers, '$.berth_attempt_errors'), N'') + r.line) <= 2000 THEN ISNULL(JSON_VALUE(q.headers, '$.berth_attempt_errors'), N'') + r.line
+			ELSE SUBSTRING(RIGHT(ISNULL(JSON_VALUE(q.headers, '$.berth_attempt_errors'), N'') + r.line, 2000), CHARINDEX(NCHAR(10), RIGHT(ISNULL(JSON_VALUE(q.headers, '$.berth_attempt_errors'), N'') + r.line, 2000)) + 1, 2000) END) END
 OUTPUT inserted.id INTO @t
 FROM [app].[berth_q_orders__billing] AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)
-INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms') AS r ON q.id = r.id AND q.owner = r.owner
+INNER JOIN OPENJSON(@p1) WITH (id bigint '$.id', owner bigint '$.owner', delay_ms bigint '$.delay_ms', line nvarchar(1000) '$.line') AS r ON q.id = r.id AND q.owner = r.owner
 WHERE q.state = 2
 OPTION (LOOP JOIN);
 SELECT id FROM @t;`

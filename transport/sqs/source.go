@@ -335,8 +335,10 @@ func (s *Source) Complete(ctx context.Context, d *transport.Delivery) error {
 
 // Retry sets the message's visibility timeout to delay (rounded up to
 // seconds, at most 12h), coalesced into ChangeMessageVisibilityBatch
-// requests; SQS redelivers it then with ApproximateReceiveCount + 1.
-func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+// requests; SQS redelivers it then with ApproximateReceiveCount + 1. It
+// cannot change a message it redelivers, so the reason is not kept
+// (no transport.MetadataAttemptErrors).
+func (s *Source) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration, _ string) error {
 	h := d.Handle.(*handle)
 	if err := s.changes.Do(ctx, visibility{receipt: h.receipt, timeout: seconds(delay, MaxVisibilityTimeout)}); err != nil {
 		return fmt.Errorf("sqs: retry %s: %w", d.ID, settleErr(err))

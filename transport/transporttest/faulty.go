@@ -233,11 +233,11 @@ func (s *faultySource) Complete(ctx context.Context, d *transport.Delivery) erro
 	return s.Source.Complete(ctx, d)
 }
 
-func (s *faultySource) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration) error {
+func (s *faultySource) Retry(ctx context.Context, d *transport.Delivery, delay time.Duration, reason string) error {
 	if err := s.f.hit(AtNack); err != nil {
 		return err
 	}
-	return s.Source.Retry(ctx, d, delay)
+	return s.Source.Retry(ctx, d, delay, reason)
 }
 
 func (s *faultySource) DeadLetter(ctx context.Context, d *transport.Delivery, msg *message.Message, reason string) error {

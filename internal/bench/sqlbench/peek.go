@@ -161,14 +161,14 @@ func (p *peekSubscriber) receiveOne(ctx context.Context, src *sqlqueue.Source, o
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		_ = src.Retry(sctx, d, 0)
+		_ = src.Retry(sctx, d, 0, "")
 		return
 	}
 	select {
 	case <-msg.Acked():
 		_ = src.Complete(sctx, d)
 	case <-msg.Nacked():
-		_ = src.Retry(sctx, d, 0)
+		_ = src.Retry(sctx, d, 0, "")
 	case <-ctx.Done():
 		// Left to the lease and the sweeper, as a crashed consumer would.
 	}

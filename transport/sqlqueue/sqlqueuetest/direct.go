@@ -84,7 +84,7 @@ func testDirectClaim(t *testing.T, h Harness) {
 	if err := src.Release(ctx, []*transport.Delivery{ds[1], ds[3], ds[4]}); err != nil {
 		t.Fatalf("Release of started and fetched rows = %v", err)
 	}
-	if err := src.Retry(ctx, ds[2], 0); err != nil {
+	if err := src.Retry(ctx, ds[2], 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if st := RowStates(t, db, q.Table); st[sqlqueue.StatePending] != 4 || len(st) != 1 {

@@ -145,6 +145,7 @@ var cases = []struct {
 	{"ReleaseReturnsAllWithAttemptsUnchanged", testRelease},
 	{"CloseReleasesPrefetched", testCloseReleasesPrefetched},
 	{"DeadLetterRowCarriesEverything", testDeadLetterRow},
+	{"AttemptErrorsKept", testAttemptErrorsKept},
 	{"SweeperRecoversKilledInstance", testKilledInstance},
 	{"TwentyCompetingSubscribersExactlyOnce", testCompeting},
 	{"CorruptHeadersDeadLetteredAndLoopContinues", testCorruptHeaders},

@@ -230,7 +230,7 @@ func testOrderedClaim(t *testing.T, h Harness) {
 	}
 	// b1 processing, then nacked: it returns pending and stays the head.
 	claim()
-	if err := src.Retry(ctx, b1, 0); err != nil {
+	if err := src.Retry(ctx, b1, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	ds = claim("b1")
