@@ -193,6 +193,11 @@ func TestBrowserDeadLetters(t *testing.T) {
 	if got := textOf(t, ctx, `table.meta`); !strings.Contains(got, "trace") {
 		t.Errorf("metadata %q", got)
 	}
+	rows := eval[[]string](t, ctx, `[...document.querySelectorAll("#attempt-errors tbody tr")].map(r => r.innerText.replace(/\s+/g, " ").trim())`)
+	if len(rows) != 4 || !strings.HasPrefix(rows[0], "1 ") || !strings.HasSuffix(rows[0], "payments: gateway timeout after 10s") ||
+		!strings.HasSuffix(rows[2], "no reason recorded") || !strings.HasSuffix(rows[3], "503 Service Unavailable") {
+		t.Errorf("earlier attempts %q", rows)
+	}
 	shoot(t, ctx, "deadletter")
 	run(t, ctx, chromedp.Navigate(c.http.URL+"/deadletters/3"), chromedp.WaitVisible(chromedp.CSS(`#body`)))
 	if got := textOf(t, ctx, `#body`); !strings.Contains(got, "00 01 62 69") {

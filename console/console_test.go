@@ -41,10 +41,18 @@ type seeded struct {
 	queue string // the queue table with dead letters
 }
 
+// seedHistory is the first dead letter's metadata: a trace id and the
+// four nacked attempts before its last (transport.MetadataAttemptErrors).
+const seedHistory = `{"trace":"t1","berth_attempt_errors":"` +
+	`attempt 1 at 2026-12-06T09:00:00.125Z: payments: gateway timeout after 10s\n` +
+	`attempt 2 at 2026-12-06T09:00:10.480Z: payments: gateway timeout after 10s\n` +
+	`attempt 3 at 2026-12-06T09:00:31.002Z\n` +
+	`attempt 4 at 2026-12-06T09:01:12.337Z: payments: 503 Service Unavailable\n"}`
+
 func seedQueues() []inspecttest.Queue {
 	return []inspecttest.Queue{
 		{Topic: "orders", Ready: 4, Delayed: 2, InFlight: 1, Dead: []inspecttest.Dead{
-			{Reason: "nacked on attempt 5 of 5 (MaxAttempts)", Body: `{"order":1,"sku":"A-1"}`, Metadata: `{"trace":"t1"}`, Attempts: 5, Age: 3 * time.Hour},
+			{Reason: "nacked on attempt 5 of 5 (MaxAttempts)", Body: `{"order":1,"sku":"A-1"}`, Metadata: seedHistory, Attempts: 5, Age: 3 * time.Hour},
 			{Reason: "handler: card declined", Body: `{"order":2}`, Attempts: 5, Age: 2 * time.Hour},
 			{Reason: "handler: card declined", Body: "\x00\x01binary", Attempts: 5, Age: time.Hour},
 			{Reason: "poison message", Body: "plain text body", Attempts: 1, Age: 10 * time.Minute},

@@ -278,6 +278,9 @@ type deadView struct {
 	FailedAt time.Time         `json:"failed_at"`
 	Size     int               `json:"size"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// AttemptErrors are the nacked attempts before the last (from
+	// Metadata's transport.MetadataAttemptErrors), in the detail.
+	AttemptErrors []attemptView `json:"attempt_errors,omitempty"`
 	// Body is the payload as text (when it is UTF-8) or hex, at most
 	// PreviewLimit bytes of it; BodyEncoding says which.
 	Body         string `json:"body,omitempty"`
@@ -297,14 +300,38 @@ func (d deadView) Short() string {
 	return string(r)
 }
 
-// MetaKeys are the metadata keys, sorted.
+// MetaKeys are the metadata keys, sorted, without the attempt history
+// when the detail lists it.
 func (d deadView) MetaKeys() []string {
 	keys := make([]string, 0, len(d.Metadata))
 	for k := range d.Metadata {
-		keys = append(keys, k)
+		if k != transport.MetadataAttemptErrors || len(d.AttemptErrors) == 0 {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// attemptView is one nacked attempt of a message.
+type attemptView struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// attemptsOf returns the nacked attempts md's
+// transport.MetadataAttemptErrors holds, oldest first.
+func attemptsOf(md map[string]string) []attemptView {
+	es := transport.AttemptErrors(md)
+	if len(es) == 0 {
+		return nil
+	}
+	vs := make([]attemptView, len(es))
+	for i, e := range es {
+		vs[i] = attemptView{Attempt: e.Attempt, At: e.At, Reason: e.Reason}
+	}
+	return vs
 }
 
 func toView(d inspect.DeadLetter) deadView {
@@ -543,7 +570,7 @@ func (s *Server) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := toView(d)
-	v.Metadata = d.Metadata
+	v.Metadata, v.AttemptErrors = d.Metadata, attemptsOf(d.Metadata)
 	vs := []deadView{v}
 	s.withTopics(r.Context(), vs)
 	v = vs[0]
@@ -892,7 +919,7 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := toView(d)
-	v.Metadata = d.Metadata
+	v.Metadata, v.AttemptErrors = d.Metadata, attemptsOf(d.Metadata)
 	vs := []deadView{v}
 	s.withTopics(r.Context(), vs)
 	v = vs[0]

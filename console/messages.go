@@ -65,6 +65,8 @@ type messageView struct {
 	Cancellable bool              `json:"cancellable"`
 	Preview     string            `json:"preview,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	// AttemptErrors are its nacked attempts (see deadView), in the detail.
+	AttemptErrors []attemptView `json:"attempt_errors,omitempty"`
 	// Body is the payload as text or hex, at most PreviewLimit bytes;
 	// BodyEncoding says which.
 	Body         string `json:"body,omitempty"`
@@ -85,7 +87,9 @@ func (m messageView) Due() string {
 }
 
 // MetaKeys are the metadata keys, sorted.
-func (m messageView) MetaKeys() []string { return deadView{Metadata: m.Metadata}.MetaKeys() }
+func (m messageView) MetaKeys() []string {
+	return deadView{Metadata: m.Metadata, AttemptErrors: m.AttemptErrors}.MetaKeys()
+}
 
 // StateName is the state as the tables say it.
 func (m messageView) StateName() string { return strings.ReplaceAll(m.State, "_", " ") }
@@ -223,7 +227,7 @@ func (s *Server) getMessage(r *http.Request) (messageView, []byte, error) {
 		return messageView{}, nil, err
 	}
 	v := toMessageView(m)
-	v.Metadata = m.Metadata
+	v.Metadata, v.AttemptErrors = m.Metadata, attemptsOf(m.Metadata)
 	v.Body, v.BodyEncoding, v.Truncated = preview(m.Payload, view, s.cfg.PreviewLimit)
 	return v, m.Payload, nil
 }

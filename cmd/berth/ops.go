@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berth-go/berth/internal/inspect"
+	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
@@ -434,12 +435,27 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// showDead prints d; its earlier attempts (transport.MetadataAttemptErrors)
+// get lines of their own rather than a metadata entry.
 func showDead(w io.Writer, d inspect.DeadLetter) {
-	fmt.Fprintf(w, "id:        %s\nqueue:     %s\nuuid:      %s\nattempts:  %d\nfailed at: %s\nreason:    %s\nmetadata:\n",
+	fmt.Fprintf(w, "id:        %s\nqueue:     %s\nuuid:      %s\nattempts:  %d\nfailed at: %s\nreason:    %s\n",
 		d.ID, d.Queue, d.UUID, d.Attempts, d.FailedAt.UTC().Format(time.RFC3339), d.Reason)
+	if es := transport.AttemptErrors(d.Metadata); len(es) > 0 {
+		fmt.Fprintln(w, "earlier attempts:")
+		for _, e := range es {
+			fmt.Fprintf(w, "  %d at %s", e.Attempt, e.At.Format(time.RFC3339Nano))
+			if e.Reason != "" {
+				fmt.Fprintf(w, ": %s", e.Reason)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintln(w, "metadata:")
 	keys := make([]string, 0, len(d.Metadata))
 	for k := range d.Metadata {
-		keys = append(keys, k)
+		if k != transport.MetadataAttemptErrors {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
