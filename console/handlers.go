@@ -99,7 +99,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	if p, ok := s.cfg.Source.(pinger); ok {
 		err = p.Ping(ctx)
 	} else {
-		_, err = s.cfg.Source.Queues(ctx)
+		_, err = s.listQueues(ctx)
 	}
 	if err != nil {
 		s.cfg.Logger.Warn("console: health check failed", "err", err)
@@ -121,6 +121,11 @@ type queueView struct {
 	Delayed      int64  `json:"delayed"`
 	InFlight     int64  `json:"in_flight"`
 	DeadLettered int64  `json:"dead_lettered"`
+	// ReadyMore, DelayedMore and InFlightMore are true when that count
+	// stopped at inspect.QueueCountCap (the list of queues).
+	ReadyMore    bool `json:"ready_more,omitempty"`
+	DelayedMore  bool `json:"delayed_more,omitempty"`
+	InFlightMore bool `json:"in_flight_more,omitempty"`
 	// DeadMore is true when DeadLettered stopped at inspect.DeadCountCap.
 	DeadMore        bool    `json:"dead_lettered_more,omitempty"`
 	DeadLetterQueue string  `json:"dead_letter_queue,omitempty"`
@@ -166,8 +171,25 @@ func age(d time.Duration) string {
 	}
 }
 
+// upToCounter is implemented by sources that can stop counting a state's
+// rows at a cap (*inspect.SQL): the list of queues counts at most
+// inspect.QueueCountCap rows per queue and state, so its cost does not
+// grow with the backlogs. The sampler counts exactly (the history and the
+// drain rate need it); a queue's own page does too.
+type upToCounter interface {
+	QueuesUpTo(ctx context.Context, max int64) ([]inspect.QueueStats, error)
+}
+
+// listQueues returns every queue's counts for a page or the API.
+func (s *Server) listQueues(ctx context.Context) ([]inspect.QueueStats, error) {
+	if c, ok := s.cfg.Source.(upToCounter); ok {
+		return c.QueuesUpTo(ctx, inspect.QueueCountCap)
+	}
+	return s.cfg.Source.Queues(ctx)
+}
+
 func (s *Server) queueViews(ctx context.Context) ([]queueView, error) {
-	qs, err := s.cfg.Source.Queues(ctx)
+	qs, err := s.listQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +204,7 @@ func (s *Server) viewOf(q inspect.QueueStats) queueView {
 	return queueView{
 		Name: q.Queue, Topic: q.Topic, Group: q.Group,
 		Ready: q.Ready, Delayed: q.Delayed, InFlight: q.InFlight,
+		ReadyMore: q.ReadyMore, DelayedMore: q.DelayedMore, InFlightMore: q.InFlightMore,
 		DeadLettered: q.DeadLettered, DeadMore: q.DeadLetteredMore,
 		DeadLetterQueue: q.DeadLetterQueue, OldestReadySecs: q.OldestReady.Seconds(),
 		DrainedPerMinute: s.history.rate(q.Queue), Missing: q.Missing,
@@ -311,6 +334,21 @@ func (d deadView) MetaKeys() []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// wbr returns name, escaped, with a line-break opportunity (<wbr>) after
+// each '_', '.', '-' and ':', so that a long queue or listener name wraps
+// between its words in a narrow column rather than inside one.
+func wbr(name string) template.HTML {
+	var b strings.Builder
+	for _, r := range name {
+		b.WriteString(template.HTMLEscapeString(string(r)))
+		switch r {
+		case '_', '.', '-', ':':
+			b.WriteString("<wbr>")
+		}
+	}
+	return template.HTML(b.String()) // every part escaped above
 }
 
 // attemptView is one nacked attempt of a message.
@@ -542,7 +580,7 @@ func (s *Server) pageOf(r *http.Request) (inspect.Filter, []deadView, string, er
 func (s *Server) withTopics(ctx context.Context, vs []deadView) {
 	tg := s.history.topics()
 	if len(tg) == 0 {
-		if qs, err := s.cfg.Source.Queues(ctx); err == nil {
+		if qs, err := s.listQueues(ctx); err == nil {
 			s.history.setTopics(qs)
 			tg = s.history.topics()
 		}
@@ -735,6 +773,7 @@ func (s *Server) parsePages() (map[string]*template.Template, error) {
 		"base":          func() string { return s.cfg.Prefix },
 		"time":          func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"iso":           func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"wbr":           wbr,
 		"sortLink":      func(cur sortState, key string) string { return s.url(sortLink("/queues", cur, key)) },
 		"fleetSortLink": func(cur sortState, key string) string { return s.url(sortLink("/fleet", cur, key)) },
 		"ariaSort": func(cur sortState, key string) string {
@@ -877,7 +916,7 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	// every queue again would cost the page more than its dead letters.
 	names := s.history.names()
 	if len(names) == 0 {
-		qs, _ := s.cfg.Source.Queues(r.Context())
+		qs, _ := s.listQueues(r.Context())
 		for _, q := range qs {
 			names = append(names, q.Queue)
 		}

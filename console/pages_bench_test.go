@@ -15,6 +15,7 @@ import (
 	"github.com/berth-go/berth/internal/inspect"
 	"github.com/berth-go/berth/internal/inspect/inspecttest"
 	"github.com/berth-go/berth/internal/testenv"
+	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
 // Page-load sizes from issue #18's acceptance: 100 queues and 100,000
@@ -25,14 +26,14 @@ const (
 )
 
 // bigDeployment seeds a PostgreSQL schema with benchQueues queues (a few
-// rows each) and benchDead dead letters spread over them, and returns a
-// console over it. The dead letters go in with one INSERT … SELECT from
+// rows each, and pending more pending messages each) and benchDead dead
+// letters spread over them, and returns a console over it. The dead letters go in with one INSERT … SELECT from
 // generate_series: seeding is not what is measured. VACUUM then sets the
 // visibility map, as autovacuum does for an insert-mostly table, so the
 // counts are index-only scans without heap fetches (just after a bulk
 // insert, before autovacuum ran, the queue list takes about three times
 // as long).
-func bigDeployment(tb testing.TB) (*inspect.SQL, *httptest.Server, []string) {
+func bigDeployment(tb testing.TB, pending int) (*inspect.SQL, *httptest.Server, []string) {
 	tb.Helper()
 	src := open(tb, testenv.PostgresSchemaURL(tb))
 	qs := make([]inspecttest.Queue, benchQueues)
@@ -54,6 +55,19 @@ func bigDeployment(tb testing.TB) (*inspect.SQL, *httptest.Server, []string) {
 	}
 	if _, err := src.DB.ExecContext(ctx, `VACUUM (ANALYZE) `+src.Names.Errors); err != nil {
 		tb.Fatal(err)
+	}
+	for i := 0; i < len(qs) && pending > 0; i++ {
+		table := sqlqueue.QueueFor(src.Dialect, src.Tables, qs[i].Topic, "").Table
+		_, err := src.DB.ExecContext(ctx, `INSERT INTO `+table+` (uuid, headers, body, due_at, created_at)
+			SELECT 'msg-' || g, '{"tenant":"t' || (g % 100) || '","trace":"x' || g || '"}', convert_to('{"order":' || g || '}', 'UTF8'),
+			       now() - make_interval(secs => $1 - g), now() - make_interval(secs => $1 - g)
+			FROM generate_series(1, $1) AS g`, pending)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := src.DB.ExecContext(ctx, `VACUUM (ANALYZE) `+table); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	srv, err := console.New(console.Config{Source: src, Kind: src.Kind})
 	if err != nil {
@@ -102,8 +116,31 @@ func benchPages(base string, names []string) []struct{ name, url string } {
 //
 //	source .cache/test.env && go test ./console -run '^$' -bench Pages -benchtime 20x
 func BenchmarkPagesPostgres(b *testing.B) {
-	_, hs, names := bigDeployment(b)
-	for _, p := range benchPages(hs.URL, names) {
+	_, hs, names := bigDeployment(b, 0)
+	benchEach(b, benchPages(hs.URL, names))
+}
+
+// BenchmarkPagesAtScalePostgres is BenchmarkPagesPostgres with 100,000
+// pending messages in every one of the 100 queues (10 million rows;
+// seeding takes minutes), and the message pages of one of them (issue
+// 38: every page under 200 ms). Run:
+//
+//	source .cache/test.env && go test ./console -run '^$' -bench PagesAtScale -benchtime 20x -timeout 60m
+func BenchmarkPagesAtScalePostgres(b *testing.B) {
+	_, hs, names := bigDeployment(b, benchMessages)
+	mid := url.PathEscape(names[len(names)/2])
+	pages := append(benchPages(hs.URL, names), []struct{ name, url string }{
+		{"messages", hs.URL + "/queues/" + mid + "/messages"},
+		{"messages-uuid", hs.URL + "/queues/" + mid + "/messages?uuid=msg-50000"},
+		{"messages-meta", hs.URL + "/queues/" + mid + "/messages?key=tenant&value=t42"},
+		{"api-messages", hs.URL + "/api/queues/" + mid + "/messages"},
+	}...)
+	benchEach(b, pages)
+}
+
+// benchEach times each page as a sub-benchmark, in ms per page.
+func benchEach(b *testing.B, pages []struct{ name, url string }) {
+	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {
 			get(b, p.url) // warm the pool and the plans
 			b.ResetTimer()

@@ -56,6 +56,32 @@ func TestQueuesCountsByState(t *testing.T) {
 	})
 }
 
+// QueuesUpTo stops each state's count at its cap and says so; a count
+// under the cap is exact and unflagged.
+func TestQueuesUpToCaps(t *testing.T) {
+	eachSQL(t, func(t *testing.T, s *inspect.SQL) {
+		inspecttest.Seed(t, s, inspecttest.Queue{Topic: "orders", Ready: 5, Delayed: 3, InFlight: 1})
+		qs, err := s.QueuesUpTo(context.Background(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 {
+			t.Fatalf("queues: %+v", qs)
+		}
+		q := qs[0]
+		if q.Ready != 3 || !q.ReadyMore || q.Delayed != 3 || q.DelayedMore || q.InFlight != 1 || q.InFlightMore {
+			t.Fatalf("counts up to 3: %+v", q)
+		}
+		exact, err := s.Queues(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q := exact[0]; q.Ready != 5 || q.ReadyMore || q.Delayed != 3 || q.DelayedMore {
+			t.Fatalf("exact counts: %+v", q)
+		}
+	})
+}
+
 func TestDeadLetterPageKeyset(t *testing.T) {
 	eachSQL(t, func(t *testing.T, s *inspect.SQL) {
 		dead := make([]inspecttest.Dead, 7)

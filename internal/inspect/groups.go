@@ -213,7 +213,7 @@ func (s *SQL) describeGroup(ctx context.Context, q sqlqueue.Queue, g *Group, ls 
 		return nil
 	}
 	var st QueueStats
-	if err := s.countQueue(ctx, q, &st); err != nil {
+	if err := s.countQueue(ctx, q, &st, 0); err != nil {
 		return err
 	}
 	g.Ready, g.Delayed, g.InFlight = st.Ready, st.Delayed, st.InFlight

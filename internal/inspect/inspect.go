@@ -18,6 +18,9 @@ type QueueStats struct {
 	// InFlight counts messages received and not yet settled (SQL: fetched
 	// plus processing rows; SQS: ApproximateNumberOfMessagesNotVisible).
 	InFlight int64
+	// ReadyMore, DelayedMore and InFlightMore are true when that count
+	// stopped at the cap SQL.QueuesUpTo was given: the queue has more.
+	ReadyMore, DelayedMore, InFlightMore bool `json:",omitempty"`
 	// DeadLettered counts the queue's dead letters (SQL: rows of the error
 	// table; SQS: messages in its dead-letter queue, which several queues
 	// may share).

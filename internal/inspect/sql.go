@@ -518,7 +518,23 @@ func (s *SQL) queueTables(ctx context.Context) ([]string, error) {
 // Queues implements Inspector: every queue table (subscribed, found in the
 // catalog by its prefix, or named by dead letters), with its rows counted
 // by state and its dead letters.
-func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
+func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) { return s.queues(ctx, 0) }
+
+// QueuesUpTo is Queues with each state's count stopped at max (ReadyMore,
+// DelayedMore and InFlightMore say where it stopped): the cost of a count
+// is the index entries it reads, so a page listing every queue of a
+// deployment with millions of pending rows reads at most max+1 entries
+// per queue and state (QueueCountCap) instead of all of them.
+func (s *SQL) QueuesUpTo(ctx context.Context, max int64) ([]QueueStats, error) {
+	return s.queues(ctx, max)
+}
+
+// QueueCountCap is where the console's list of queues stops counting a
+// state's rows (see QueuesUpTo).
+const QueueCountCap = 10_000
+
+// queues is Queues, counting up to max rows per state when max > 0.
+func (s *SQL) queues(ctx context.Context, max int64) ([]QueueStats, error) {
 	byName := map[string]*QueueStats{}
 	queues := map[string]sqlqueue.Queue{}
 	subs, err := s.subscriptions(ctx)
@@ -561,7 +577,7 @@ func (s *SQL) Queues(ctx context.Context) ([]QueueStats, error) {
 			continue
 		}
 		g.Go(func() error {
-			if err := s.countQueue(gctx, q, st); err != nil {
+			if err := s.countQueue(gctx, q, st, max); err != nil {
 				return fmt.Errorf("count %s: %w", name, err)
 			}
 			return nil
@@ -621,8 +637,9 @@ const countParallel = 4
 // countQueue counts q's rows by state with one statement of four
 // subqueries, each answered from one of the queue table's partial indexes
 // (pending: state = 0 by due_at; leased: state <> 0) rather than by
-// reading the table, and sets st's counts and OldestReady.
-func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats) error {
+// reading the table, and sets st's counts and OldestReady. With max > 0
+// each count stops after max+1 rows and reports max, with its More flag.
+func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, max int64) error {
 	var args []any
 	now := func() string {
 		e := s.nowExpr()
@@ -631,14 +648,34 @@ func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats) 
 		}
 		return e.sql
 	}
+	count := func(where string) string {
+		switch {
+		case max <= 0:
+			return `(SELECT count(*) FROM ` + q.Table + ` WHERE ` + where + `)`
+		case s.Kind == "sqlserver":
+			return `(SELECT count(*) FROM (SELECT TOP (` + strconv.FormatInt(max+1, 10) + `) 1 AS x FROM ` + q.Table + ` WHERE ` + where + `) AS c)`
+		default:
+			return `(SELECT count(*) FROM (SELECT 1 FROM ` + q.Table + ` WHERE ` + where + ` LIMIT ` + strconv.FormatInt(max+1, 10) + `) AS c)`
+		}
+	}
 	query := `SELECT
-	(SELECT count(*) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `),
-	(SELECT count(*) FROM ` + q.Table + ` WHERE state = 0 AND due_at > ` + now() + `),
-	(SELECT count(*) FROM ` + q.Table + ` WHERE state <> 0),
+	` + count(`state = 0 AND due_at <= `+now()) + `,
+	` + count(`state = 0 AND due_at > `+now()) + `,
+	` + count(`state <> 0`) + `,
 	(SELECT min(due_at) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `)`
 	var oldest any
 	if err := s.DB.QueryRowContext(ctx, query, args...).Scan(&st.Ready, &st.Delayed, &st.InFlight, &oldest); err != nil {
 		return err
+	}
+	if max > 0 {
+		capAt := func(n *int64, more *bool) {
+			if *n > max {
+				*n, *more = max, true
+			}
+		}
+		capAt(&st.Ready, &st.ReadyMore)
+		capAt(&st.Delayed, &st.DelayedMore)
+		capAt(&st.InFlight, &st.InFlightMore)
 	}
 	if oldest != nil {
 		if age := s.now().Sub(toTime(oldest)); age > 0 {
@@ -861,7 +898,7 @@ func (s *SQL) Queue(ctx context.Context, name string) (QueueStats, error) {
 		st.DeadLettered, st.DeadLetteredMore = DeadCountCap, true
 	}
 	if exists {
-		if err := s.countQueue(ctx, q, &st); err != nil {
+		if err := s.countQueue(ctx, q, &st, 0); err != nil {
 			return QueueStats{}, fmt.Errorf("count %s: %w", q.Name, err)
 		}
 	}

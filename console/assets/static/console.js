@@ -45,7 +45,8 @@
   function cells(q) {
     const rate = q.drained_per_minute < 0 ? "–" : (Math.round(q.drained_per_minute * 10) / 10) + "/min";
     return {
-      ready: String(q.ready), in_flight: String(q.in_flight), delayed: String(q.delayed),
+      ready: String(q.ready) + (q.ready_more ? "+" : ""), in_flight: String(q.in_flight) + (q.in_flight_more ? "+" : ""),
+      delayed: String(q.delayed) + (q.delayed_more ? "+" : ""),
       dead_lettered: String(q.dead_lettered) + (q.dead_lettered_more ? "+" : ""), oldest: q.ready === 0 ? "–" : fmtAge(q.oldest_ready_seconds), rate: rate,
     };
   }
