@@ -439,6 +439,31 @@ func TestBrowserFleetFaulted(t *testing.T) {
 		}
 	}
 	run(t, ctx, chromedp.EmulateViewport(1200, 900))
+	// Names wrap between their words (after '_', '.', '-', ':'), not
+	// inside one: each character that starts a new line follows one.
+	midWord := eval[[]string](t, ctx, `(() => {
+		const bad = [];
+		for (const el of document.querySelectorAll("#fleet tbody th[scope=row], #fleet tbody td:nth-child(2) a")) {
+			const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+			let top = null, prev = "", n;
+			while ((n = w.nextNode())) {
+				for (let i = 0; i < n.length; i++) {
+					const r = document.createRange();
+					r.setStart(n, i);
+					r.setEnd(n, i + 1);
+					const b = r.getBoundingClientRect();
+					if (b.width === 0) continue;
+					if (top !== null && Math.abs(b.top - top) > 2 && !"_.-: ".includes(prev)) bad.push(el.textContent + " before " + n.data.slice(i, i + 8));
+					top = b.top;
+					prev = n.data[i];
+				}
+			}
+		}
+		return bad;
+	})()`)
+	if len(midWord) > 0 {
+		t.Errorf("names break inside a word at 1200 px: %q", midWord)
+	}
 	shoot(t, ctx, "fleet")
 	// Filtering as you type keeps the faulted one only.
 	run(t, ctx, chromedp.SendKeys(chromedp.CSS(`#q`), "faulted"))
