@@ -519,3 +519,41 @@ func TestMultiProbeTextIsStable(t *testing.T) {
 		}
 	}
 }
+
+// stateLiteral finds a comparison of the state column with a literal.
+var stateLiteral = regexp.MustCompile(`\bstate\s*(=|<>|>|<|IN\s*\()\s*[0-9]`)
+
+// Forced parameterization (PARAMETERIZATION FORCED on the database) would
+// turn `state = 0` into a parameter, and the filtered indexes would no
+// longer match; it skips every statement that references a variable or a
+// client parameter. Every DML statement of the dialect that compares
+// state with a literal must therefore reference one (docs/transports/
+// sqlserver.md, Forced parameterization).
+func TestStateFiltersEscapeForcedParameterization(t *testing.T) {
+	checked := 0
+	for name, sts := range allStatements() {
+		for i, st := range sts {
+			rest := st.SQL
+			for rest != "" {
+				end := statementEnd(rest)
+				one := rest[:end]
+				rest = strings.TrimPrefix(rest[end:], ";")
+				upper := strings.ToUpper(one)
+				if strings.Contains(upper, "CREATE ") || strings.Contains(upper, "ALTER ") {
+					continue
+				}
+				if !stateLiteral.MatchString(one) {
+					continue
+				}
+				checked++
+				if !strings.Contains(one, "@") {
+					t.Errorf("%s[%d]: compares state with a literal and references no variable or parameter, so forced parameterization would parameterize it:\n%s", name, i, strings.TrimSpace(one))
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d statements compare state with a literal: the check found too few to mean anything", checked)
+	}
+	t.Logf("%d statements compare state with a literal, each with a variable or parameter", checked)
+}
