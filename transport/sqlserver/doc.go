@@ -56,16 +56,24 @@
 //
 // # Statements
 //
-// Every statement is in dialect.go and pinned, text and arguments, by
-// golden tests. Claims are one set-based UPDATE through a TOP … ORDER BY
-// CTE with UPDLOCK, READPAST, ROWLOCK and READCOMMITTEDLOCK, over a
-// filtered index on pending rows, so concurrent instances skip each other's
-// rows instead of waiting and claimed rows leave the claim path. Rows come
+// Every statement is in dialect.go (the sweeper's stray-row move in
+// stray.go) and pinned, text and arguments, by golden tests. A claim is
+// one batch: it picks the due rows from a filtered index on pending rows
+// into a table variable (READPAST, READCOMMITTEDLOCK, no range locks,
+// DEADLOCK_PRIORITY LOW), skipping keyed rows behind an unsettled row of
+// their key, then takes them with an UPDATE joined to that variable,
+// fenced on state, so concurrent instances skip each other's rows instead
+// of waiting and claimed rows leave the claim path. Direct claims set the
+// rows the listener can start at once to processing and may carry the
+// acks waiting to be sent (one statement per message at light load);
+// key claims take the next row of the keys their acks settled. Rows come
 // back through OUTPUT … INTO a table variable, which works on tables with
-// triggers. Follow-ups are fenced by id, owner token and state. Time is
-// the server's (SYSUTCDATETIME, datetime2(3)). docs/transports/sqlserver.md
-// explains each statement, and says what has and has not been verified
-// against a live server.
+// triggers. Settlements pass their refs as one JSON argument (OPENJSON),
+// pinned to seeks of the primary key and fenced by id, owner token and
+// state; sweeps and keyed inserts run in transactions of their own. Time
+// is the server's (SYSUTCDATETIME, datetime2(3)).
+// docs/transports/sqlserver.md explains each statement, and says what has
+// and has not been verified against a live server.
 //
 // # Wake-ups
 //
