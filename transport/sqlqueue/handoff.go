@@ -3,6 +3,7 @@ package sqlqueue
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -57,7 +58,8 @@ type HeadPromoter interface {
 	// (no row of the key has a lower id) and are pending, at most limit;
 	// it returns one row per row changed. The sweeper runs it: a waiting
 	// row whose predecessors all left by a path without a hand-off (a
-	// sweep, an operator's delete, a listener that stopped) would
+	// sweep, an operator's delete, a process that died; one that closes
+	// promotes its freed keys' heads itself, see leaveFreedKeys) would
 	// otherwise never be claimed by a full claim.
 	PromoteHeads(q Queue, limit int) Stmt
 }
@@ -120,6 +122,30 @@ func (f *freedKeys) take() (keys []string, again map[string]bool) {
 	clear(f.keys)
 	slices.Sort(keys)
 	return keys, again
+}
+
+// leaveFreedKeys hands the keys this closing source freed and did not
+// look for (its listener stopped before the hand-off claim) to the other
+// sources: their next rows may be waiting, which no full claim reads, so
+// it promotes the waiting heads now (HeadPromoter.PromoteHeads, the
+// sweeper's statement) instead of leaving them to the next sweep, and
+// wakes this process's other sources of the queue.
+func (s *Source) leaveFreedKeys(ctx context.Context) error {
+	keys, _ := s.freed.take()
+	if len(keys) == 0 {
+		return nil
+	}
+	defer localWake.notify(wakeKey{s.e.db, s.q.Name})
+	hp, ok := s.e.d.(HeadPromoter)
+	if !ok {
+		return nil
+	}
+	sctx, cancel := s.stmtCtx(ctx)
+	defer cancel()
+	if _, err := queryCount(sctx, s.e.db, &s.e.ctrs.sweeps, hp.PromoteHeads(s.q, sweepLimit)); err != nil {
+		return fmt.Errorf("sqlqueue: close %s: promote the heads of %d freed key(s); the sweeper will: %w", s.q.Name, len(keys), err)
+	}
+	return nil
 }
 
 // Kick implements transport.Kicker.

@@ -836,6 +836,7 @@ func (s *Source) Close(ctx context.Context) error {
 			rerr = s.rider.close(ctx) // before the coalescer: its stragglers go there
 		}
 		err = errors.Join(rerr, s.begin.Close(ctx), s.complete.Close(ctx), s.retry.Close(ctx))
+		err = errors.Join(err, s.leaveFreedKeys(ctx))
 		s.swept.Wait()
 	})
 	return err

@@ -265,3 +265,39 @@ func testDelayedKeyedRowReady(t *testing.T, h Harness) {
 		return len(got) == 1
 	})
 }
+
+// testCloseReleasesFreedKeys checks that a source closing after it settled
+// a key's head, before its listener claimed the key's next row, leaves
+// that row to other sources' full claims: the waiting row is promoted at
+// Close, not at the next sweep (none runs here), so a rolling restart
+// does not stall a key for a sweep interval.
+func testCloseReleasesFreedKeys(t *testing.T, h Harness) {
+	skipNoHeadPromoter(t, h)
+	f := h.open(t)
+	db := f.pool(t, 4)
+	pub := f.newPub(t, db)
+	ctx := context.Background()
+	if err := pub.Publish("closefreed", keyed("a", "a1"), keyed("a", "a2")); err != nil {
+		t.Fatal(err)
+	}
+	first := f.newSource(t, db, "closefreed")
+	ds, got := ClaimPayloads(t, first, 10)
+	if !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("first claim took %v, want [a1]", got)
+	}
+	if !ds[0].Started {
+		if err := first.Begin(ctx, ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := first.Complete(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := f.newSource(t, db, "closefreed")
+	if _, got := ClaimPayloads(t, second, 10); !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("after the first source closed, a full claim took %v, want [a2]", got)
+	}
+}

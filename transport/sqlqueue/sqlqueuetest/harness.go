@@ -162,6 +162,7 @@ var cases = []struct {
 	{"HotKeysHandedOff", testHotKeysHandedOff},
 	{"WaitingHeadPromoted", testWaitingHeadPromoted},
 	{"DelayedKeyedRowReady", testDelayedKeyedRowReady},
+	{"CloseReleasesFreedKeys", testCloseReleasesFreedKeys},
 	{"OrderingKeyTooLongNamesLimit", testOrderingKeyTooLong},
 	{"DirectClaimCountsAttemptOnce", testDirectClaim},
 	{"DirectClaimReleasedOnClose", testDirectClose},
