@@ -56,6 +56,10 @@ func (d Dialect) now() int64 {
 // Name implements sqlqueue.Dialect.
 func (Dialect) Name() string { return "sqlite" }
 
+// PrepareStatements implements sqlqueue.PreparedDialect: SQLite parses a
+// statement each time it runs unless it was prepared.
+func (Dialect) PrepareStatements() bool { return true }
+
 // MessagingSystem is the messaging.system that package telemetry reports
 // for SQLite queue tables (sqlqueue.MessagingSystem of this dialect): the
 // OpenTelemetry conventions define no value for them.

@@ -65,7 +65,10 @@ type OutageClassifier interface {
 // engine is the state shared by one Publisher's or Subscriber's work: the
 // pool, the dialect, names, counters, and the schema already ensured.
 type engine struct {
-	db     *sql.DB
+	db *sql.DB
+	// hot runs the claims, the lease gate and the settlements: db, or a
+	// stmtCache over it for a PreparedDialect that asks for one.
+	hot    querier
 	d      Dialect
 	tables Tables
 	names  Names
@@ -80,7 +83,11 @@ type engine struct {
 
 func newEngine(db *sql.DB, d Dialect, t Tables) *engine {
 	t = t.withDefaults()
-	return &engine{db: db, d: d, tables: t, names: NamesFor(d, t), ctrs: &Counters{}, backoff: defaultBackoff, queues: map[string]bool{}}
+	var hot querier = db
+	if pd, ok := d.(PreparedDialect); ok && pd.PrepareStatements() {
+		hot = newStmtCache(db)
+	}
+	return &engine{db: db, hot: hot, d: d, tables: t, names: NamesFor(d, t), ctrs: &Counters{}, backoff: defaultBackoff, queues: map[string]bool{}}
 }
 
 func (e *engine) queue(topic, group string) Queue { return QueueFor(e.d, e.tables, topic, group) }

@@ -396,7 +396,7 @@ func (s *Source) runClaim(ctx context.Context, st Stmt, owner int64, direct int,
 	err = s.e.retry(sctx, s.logger, "claim", idempotent, func() error {
 		ds, started = nil, 0
 		clear(acked)
-		return query(sctx, s.e.db, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
+		return query(sctx, s.e.hot, &s.e.ctrs.claims, st, func(r *sql.Rows) error {
 			state = 0
 			if err := r.Scan(dest...); err != nil {
 				return err
@@ -525,7 +525,7 @@ func (s *Source) flushBegin(ctx context.Context, ds []*transport.Delivery) []err
 	st := s.e.d.Begin(s.q, refs, s.cfg.Lease)
 	err := s.e.retryOutlasting(sctx, s.logger, "begin", idempotent, func() error {
 		clear(got)
-		return query(sctx, s.e.db, &s.e.ctrs.begins, st, func(r *sql.Rows) error {
+		return query(sctx, s.e.hot, &s.e.ctrs.begins, st, func(r *sql.Rows) error {
 			var id int64
 			var attempts int
 			if err := r.Scan(&id, &attempts); err != nil {
@@ -572,7 +572,7 @@ func (s *Source) fenced(ctx context.Context, ds []*transport.Delivery, st Stmt, 
 	var ids []int64
 	err := s.e.retryOutlasting(sctx, s.logger, rt.kind, idempotent, func() error {
 		var err error
-		ids, err = queryIDs(sctx, s.e.db, rt.n, st)
+		ids, err = queryIDs(sctx, s.e.hot, rt.n, st)
 		return err
 	})
 	if err != nil {
