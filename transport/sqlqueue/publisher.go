@@ -154,7 +154,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	insert := func() error {
 		return p.e.retryOutlasting(ctx, p.logger, "publish", notCommitted, func() error {
 			if len(stmts) == 1 {
-				return query(ctx, p.e.db, &p.e.ctrs.inserts, stmts[0], nil)
+				return query(ctx, p.e.hot, &p.e.ctrs.inserts, stmts[0], nil)
 			}
 			return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
 				_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)

@@ -66,8 +66,9 @@ type OutageClassifier interface {
 // pool, the dialect, names, counters, and the schema already ensured.
 type engine struct {
 	db *sql.DB
-	// hot runs the claims, the lease gate and the settlements: db, or a
-	// stmtCache over it for a PreparedDialect that asks for one.
+	// hot runs the claims, the lease gate, the settlements and
+	// single-statement inserts: db, or a stmtCache over it for a
+	// PreparedDialect that asks for one.
 	hot    querier
 	d      Dialect
 	tables Tables

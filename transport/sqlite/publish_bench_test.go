@@ -1,0 +1,55 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport"
+)
+
+// BenchmarkPublishConcurrent publishes b.N messages one per Publish call
+// from 16 goroutines into a subscribed topic of a fresh database file: the
+// publish path of a service whose handlers each send one message. Run:
+//
+//	go test ./transport/sqlite -run '^$' -bench PublishConcurrent -benchtime 20000x -count 3
+func BenchmarkPublishConcurrent(b *testing.B) {
+	ctx := context.Background()
+	url := "sqlite://" + filepath.Join(b.TempDir(), "p.db")
+	pub, err := transport.OpenPublisher(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	sub, err := transport.OpenSubscriber(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
+		b.Fatal(err)
+	}
+	const workers = 16
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+}
