@@ -51,17 +51,22 @@ type readerView struct {
 
 // groupView is one consumer group as the pages and the API show it.
 type groupView struct {
-	Topic      string     `json:"topic"`
-	Group      string     `json:"group"` // "" for the topic's default reader
-	Queue      string     `json:"queue"`
-	Registered time.Time  `json:"registered,omitzero"`
-	Ready      int64      `json:"ready"`
-	Delayed    int64      `json:"delayed"`
-	InFlight   int64      `json:"in_flight"`
-	OldestSecs float64    `json:"oldest_seconds"`
-	Missing    bool       `json:"missing,omitempty"`
-	Stray      bool       `json:"stray,omitempty"`
-	LastReader readerView `json:"last_reader"`
+	Topic      string    `json:"topic"`
+	Group      string    `json:"group"` // "" for the topic's default reader
+	Queue      string    `json:"queue"`
+	Registered time.Time `json:"registered,omitzero"`
+	Ready      int64     `json:"ready"`
+	Delayed    int64     `json:"delayed"`
+	InFlight   int64     `json:"in_flight"`
+	// ReadyMore, DelayedMore and InFlightMore are true when that count
+	// stopped at inspect.QueueCountCap.
+	ReadyMore    bool       `json:"ready_more,omitempty"`
+	DelayedMore  bool       `json:"delayed_more,omitempty"`
+	InFlightMore bool       `json:"in_flight_more,omitempty"`
+	OldestSecs   float64    `json:"oldest_seconds"`
+	Missing      bool       `json:"missing,omitempty"`
+	Stray        bool       `json:"stray,omitempty"`
+	LastReader   readerView `json:"last_reader"`
 }
 
 // Name is the group as the table shows it.
@@ -107,6 +112,7 @@ func toGroupView(g inspect.Group, now time.Time) groupView {
 	return groupView{
 		Topic: g.Topic, Group: g.Group, Queue: g.Queue, Registered: g.Registered.UTC(),
 		Ready: g.Ready, Delayed: g.Delayed, InFlight: g.InFlight, OldestSecs: g.OldestAge.Seconds(),
+		ReadyMore: g.ReadyMore, DelayedMore: g.DelayedMore, InFlightMore: g.InFlightMore,
 		Missing: g.Missing, Stray: g.Stray,
 		LastReader: readerView{Basis: r.Basis, At: at, Instance: r.Instance, Live: r.Live, Text: text},
 	}
@@ -114,7 +120,15 @@ func toGroupView(g inspect.Group, now time.Time) groupView {
 
 // groupViews lists the groups of topic ("" for all) and how many
 // listeners report to the fleet table.
-func (s *Server) groupViews(ctx context.Context, topic string) ([]groupView, int, error) {
+// upToGrouper is implemented by group sources that can stop counting at a
+// cap (*inspect.SQL): the list of every group counts at most
+// inspect.QueueCountCap rows per group and state, as the list of queues
+// does; a retire's confirmation counts its topic's groups exactly.
+type upToGrouper interface {
+	GroupsUpTo(ctx context.Context, topic string, max int64) (inspect.GroupList, error)
+}
+
+func (s *Server) groupViews(ctx context.Context, topic string, exact bool) ([]groupView, int, error) {
 	gs := s.groups()
 	if gs == nil {
 		return nil, 0, errNoGroups
@@ -122,7 +136,13 @@ func (s *Server) groupViews(ctx context.Context, topic string) ([]groupView, int
 	if err := checkName("topic", topic); err != nil {
 		return nil, 0, err
 	}
-	l, err := gs.Groups(ctx, topic)
+	var l inspect.GroupList
+	var err error
+	if c, ok := gs.(upToGrouper); ok && !exact {
+		l, err = c.GroupsUpTo(ctx, topic, inspect.QueueCountCap)
+	} else {
+		l, err = gs.Groups(ctx, topic)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -136,7 +156,7 @@ func (s *Server) groupViews(ctx context.Context, topic string) ([]groupView, int
 
 // findGroup returns group of topic, or false when it is not registered.
 func (s *Server) findGroup(ctx context.Context, topic, group string) (groupView, bool, error) {
-	gs, _, err := s.groupViews(ctx, topic)
+	gs, _, err := s.groupViews(ctx, topic, true)
 	if err != nil {
 		return groupView{}, false, err
 	}
@@ -150,7 +170,7 @@ func (s *Server) findGroup(ctx context.Context, topic, group string) (groupView,
 
 // apiGroups is GET /api/groups[?topic=].
 func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
-	gs, reporting, err := s.groupViews(r.Context(), r.URL.Query().Get("topic"))
+	gs, reporting, err := s.groupViews(r.Context(), r.URL.Query().Get("topic"), false)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -160,7 +180,7 @@ func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) groupsPage(w http.ResponseWriter, r *http.Request) {
 	topic := r.URL.Query().Get("topic")
-	gs, reporting, err := s.groupViews(r.Context(), topic)
+	gs, reporting, err := s.groupViews(r.Context(), topic, false)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -134,6 +134,7 @@ func BenchmarkPagesAtScalePostgres(b *testing.B) {
 		{"messages-uuid", hs.URL + "/queues/" + mid + "/messages?uuid=msg-50000"},
 		{"messages-meta", hs.URL + "/queues/" + mid + "/messages?key=tenant&value=t42"},
 		{"api-messages", hs.URL + "/api/queues/" + mid + "/messages"},
+		{"groups", hs.URL + "/groups"},
 	}...)
 	benchEach(b, pages)
 }

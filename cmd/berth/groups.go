@@ -119,7 +119,8 @@ func printGroups(w io.Writer, list inspect.GroupList, now time.Time) {
 		if g.OldestAge > 0 {
 			oldest = age(g.OldestAge)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", g.Topic, group, queue, g.Ready, g.Delayed, g.InFlight, oldest, lastReader(g.LastReader, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Topic, group, queue,
+			upTo(g.Ready, g.ReadyMore), upTo(g.Delayed, g.DelayedMore), upTo(g.InFlight, g.InFlightMore), oldest, lastReader(g.LastReader, now))
 	}
 	_ = tw.Flush()
 	if list.Reporting > 0 {
@@ -253,4 +254,13 @@ func printRetired(w io.Writer, r inspect.Retired, err error) {
 	if r.Reregistered {
 		fmt.Fprintf(w, "warning: %s is registered again (a subscriber of the group still runs, or a publisher cached it for longer than --grace): stop it and retire again\n", r.Queue)
 	}
+}
+
+// upTo formats a count that stopped at a cap when more is set ("10000+").
+func upTo(n int64, more bool) string {
+	s := strconv.FormatInt(n, 10)
+	if more {
+		s += "+"
+	}
+	return s
 }

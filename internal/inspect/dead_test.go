@@ -56,8 +56,8 @@ func TestQueuesCountsByState(t *testing.T) {
 	})
 }
 
-// QueuesUpTo stops each state's count at its cap and says so; a count
-// under the cap is exact and unflagged.
+// QueuesUpTo and GroupsUpTo stop each state's count at their cap and say
+// so; a count under the cap is exact and unflagged.
 func TestQueuesUpToCaps(t *testing.T) {
 	eachSQL(t, func(t *testing.T, s *inspect.SQL) {
 		inspecttest.Seed(t, s, inspecttest.Queue{Topic: "orders", Ready: 5, Delayed: 3, InFlight: 1})
@@ -78,6 +78,23 @@ func TestQueuesUpToCaps(t *testing.T) {
 		}
 		if q := exact[0]; q.Ready != 5 || q.ReadyMore || q.Delayed != 3 || q.DelayedMore {
 			t.Fatalf("exact counts: %+v", q)
+		}
+		gl, err := s.GroupsUpTo(context.Background(), "", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gl.Groups) != 1 {
+			t.Fatalf("groups: %+v", gl.Groups)
+		}
+		if g := gl.Groups[0]; g.Ready != 3 || !g.ReadyMore || g.Delayed != 3 || g.DelayedMore || g.InFlight != 1 || g.InFlightMore {
+			t.Fatalf("group counts up to 3: %+v", g)
+		}
+		gl, err = s.Groups(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := gl.Groups[0]; g.Ready != 5 || g.ReadyMore {
+			t.Fatalf("exact group counts: %+v", g)
 		}
 	})
 }

@@ -58,8 +58,10 @@ type Group struct {
 	// created_at).
 	Registered time.Time `json:",omitzero"`
 	// Ready, Delayed and InFlight count the queue's messages by state (see
-	// QueueStats).
-	Ready, Delayed, InFlight int64
+	// QueueStats); from GroupsUpTo each stops at its cap, and ReadyMore,
+	// DelayedMore and InFlightMore say where (the queue has more).
+	Ready, Delayed, InFlight             int64
+	ReadyMore, DelayedMore, InFlightMore bool `json:",omitempty"`
 	// OldestAge is the age of the queue's oldest message (its lowest id's
 	// created_at); 0 when the queue is empty.
 	OldestAge time.Duration
@@ -91,6 +93,17 @@ type GroupList struct {
 // oldest message and its last reader. The default reader of a topic (group
 // "") is listed too, as publishers fan out to it alike.
 func (s *SQL) Groups(ctx context.Context, topic string) (GroupList, error) {
+	return s.groups(ctx, topic, 0)
+}
+
+// GroupsUpTo is Groups with each count stopped at max (see QueuesUpTo):
+// the console's list of every group.
+func (s *SQL) GroupsUpTo(ctx context.Context, topic string, max int64) (GroupList, error) {
+	return s.groups(ctx, topic, max)
+}
+
+// groups is Groups, counting up to upTo rows per state when upTo > 0.
+func (s *SQL) groups(ctx context.Context, topic string, upTo int64) (GroupList, error) {
 	subs, err := s.subscriptionRows(ctx, topic)
 	if err != nil {
 		return GroupList{}, err
@@ -114,7 +127,7 @@ func (s *SQL) Groups(ctx context.Context, topic string) (GroupList, error) {
 		gr := &out.Groups[i]
 		*gr = Group{Topic: sub.q.Topic, Group: sub.q.Group, Queue: sub.q.Name, Registered: sub.created, Missing: !existing[sub.q.Name], Stray: sub.stray}
 		g.Go(func() error {
-			if err := s.describeGroup(gctx, sub.q, gr, ls, now); err != nil {
+			if err := s.describeGroup(gctx, sub.q, gr, ls, now, upTo); err != nil {
 				return fmt.Errorf("group %q of topic %q: %w", sub.q.Group, sub.q.Topic, err)
 			}
 			return nil
@@ -201,7 +214,7 @@ func live(l Listener, now time.Time) bool {
 
 // describeGroup fills g's counts, OldestAge and LastReader (g.Missing
 // set: only the fleet's reports count).
-func (s *SQL) describeGroup(ctx context.Context, q sqlqueue.Queue, g *Group, ls []Listener, now time.Time) error {
+func (s *SQL) describeGroup(ctx context.Context, q sqlqueue.Queue, g *Group, ls []Listener, now time.Time, upTo int64) error {
 	var cands []LastReader
 	for _, l := range ls {
 		if l.Queue == q.Name {
@@ -213,10 +226,11 @@ func (s *SQL) describeGroup(ctx context.Context, q sqlqueue.Queue, g *Group, ls 
 		return nil
 	}
 	var st QueueStats
-	if err := s.countQueue(ctx, q, &st, 0); err != nil {
+	if err := s.countQueue(ctx, q, &st, upTo); err != nil {
 		return err
 	}
 	g.Ready, g.Delayed, g.InFlight = st.Ready, st.Delayed, st.InFlight
+	g.ReadyMore, g.DelayedMore, g.InFlightMore = st.ReadyMore, st.DelayedMore, st.InFlightMore
 	ev, err := s.evidence(ctx, q)
 	if err != nil {
 		return err
