@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -64,7 +63,7 @@ func testAttemptErrorsShown(t *testing.T, rawURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := startHTTP(t, srv)
+	hs := serve(t, srv, srv.Handler()).URL
 
 	type attempt struct {
 		Attempt int
@@ -74,7 +73,7 @@ func testAttemptErrorsShown(t *testing.T, rawURL string) {
 	var dead struct {
 		DeadLetters []struct{ ID, Reason string } `json:"dead_letters"`
 	}
-	waitUntil(t, "the dead letter", func() bool {
+	waitCond(t, "the dead letter", func() bool {
 		code, body := do(t, "GET", hs+"/api/deadletters", "")
 		return code == 200 && json.Unmarshal([]byte(body), &dead) == nil && len(dead.DeadLetters) == 1
 	})
@@ -103,7 +102,7 @@ func testAttemptErrorsShown(t *testing.T, rawURL string) {
 		Messages []struct{ ID, Queue string } `json:"messages"`
 	}
 	var queue string
-	waitUntil(t, "the refund's failed attempt", func() bool {
+	waitCond(t, "the refund's failed attempt", func() bool {
 		code, body := do(t, "GET", hs+"/api/queues", "")
 		var qs struct {
 			Queues []struct{ Name, Topic string }
@@ -153,33 +152,4 @@ func withQuery(t *testing.T, rawURL, params string) string {
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-// startHTTP starts srv behind an httptest server, both closed at cleanup,
-// and returns its URL.
-func startHTTP(t *testing.T, srv *console.Server) string {
-	t.Helper()
-	srv.Start()
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	return hs.URL
-}
-
-// waitUntil polls cond until it holds, failing after 20 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

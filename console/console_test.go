@@ -83,8 +83,15 @@ func startConsole(t *testing.T, rawURL string, cfg console.Config) *seeded {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &seeded{src: src, srv: srv, http: serve(t, srv, srv.Handler()), queue: names[0]}
+}
+
+// serve starts srv and an httptest server of h (srv's handler, or a mux
+// mounting it), both closed at cleanup.
+func serve(t *testing.T, srv *console.Server, h http.Handler) *httptest.Server {
+	t.Helper()
 	srv.Start()
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -93,7 +100,7 @@ func startConsole(t *testing.T, rawURL string, cfg console.Config) *seeded {
 			t.Error(err)
 		}
 	})
-	return &seeded{src: src, srv: srv, http: hs, queue: names[0]}
+	return hs
 }
 
 func do(t *testing.T, method, u, body string, hdr ...string) (int, string) {

@@ -1,15 +1,12 @@
 package console_test
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -45,20 +42,11 @@ func startMounted(t *testing.T, rawURL string, cfg console.Config) *mounted {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Start()
 	mux := http.NewServeMux()
 	mux.Handle("GET /ops/berth/healthz", srv.Handler()) // unauthenticated
 	mux.Handle("/ops/berth/", requireUser(srv.Handler()))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "service: not mine", http.StatusTeapot) })
-	hs := httptest.NewServer(mux)
-	t.Cleanup(func() {
-		hs.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	hs := serve(t, srv, mux)
 	return &mounted{seeded: &seeded{src: src, srv: srv, http: hs, queue: names[0]}, base: hs.URL + "/ops/berth"}
 }
 

@@ -2,9 +2,10 @@ package receiver
 
 import (
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/textcut"
 )
 
 // MaxNackReason is the longest nack reason SetNackReason keeps, in bytes
@@ -87,13 +88,5 @@ func DeadLetterReason() message.HandlerMiddleware {
 func cleanReason(reason string) string {
 	reason = strings.ToValidUTF8(reason, "\uFFFD")
 	reason = strings.ReplaceAll(reason, "\x00", "\uFFFD")
-	if len(reason) <= MaxNackReason {
-		return reason
-	}
-	const ellipsis = "…"
-	cut := MaxNackReason - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(reason[cut]) {
-		cut--
-	}
-	return reason[:cut] + ellipsis
+	return textcut.Cut(reason, MaxNackReason)
 }

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/internal/textcut"
 )
 
 // MetadataAttemptErrors holds a message's history of nacked attempts, on a
@@ -49,7 +51,7 @@ func AttemptLine(attempt int, at time.Time, reason string) string {
 	b.WriteString(at.UTC().Format(attemptTime))
 	if reason != "" {
 		b.WriteString(": ")
-		b.WriteString(cutReason(strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(reason)))
+		b.WriteString(textcut.Cut(oneLine.Replace(reason), MaxAttemptReason))
 	}
 	b.WriteByte('\n')
 	return b.String()
@@ -108,16 +110,5 @@ func AttemptErrors(md message.Metadata) []AttemptError {
 // lines line up.
 const attemptTime = "2006-01-02T15:04:05.000Z07:00"
 
-// cutReason cuts reason to MaxAttemptReason bytes at a character
-// boundary, ending with "…" when it cut.
-func cutReason(reason string) string {
-	if len(reason) <= MaxAttemptReason {
-		return reason
-	}
-	const ellipsis = "…"
-	cut := MaxAttemptReason - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(reason[cut]) {
-		cut--
-	}
-	return reason[:cut] + ellipsis
-}
+// oneLine turns a reason's line breaks into spaces.
+var oneLine = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ")

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -139,10 +138,7 @@ subscription, wait there for consumer groups registered later.`, stderr)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "QUEUE\tTOPIC\tGROUP\tREADY\tDELAYED\tIN FLIGHT\tDEAD\tPAUSED\t")
 	for _, q := range qs {
-		dead := strconv.FormatInt(q.DeadLettered, 10)
-		if q.DeadLetteredMore {
-			dead += "+"
-		}
+		dead := upTo(q.DeadLettered, q.DeadLetteredMore)
 		if q.DeadLetterQueue != "" {
 			dead += " (" + q.DeadLetterQueue + ")"
 		}

@@ -533,8 +533,8 @@ func (s *SQL) QueuesUpTo(ctx context.Context, max int64) ([]QueueStats, error) {
 // state's rows (see QueuesUpTo).
 const QueueCountCap = 10_000
 
-// queues is Queues, counting up to max rows per state when max > 0.
-func (s *SQL) queues(ctx context.Context, max int64) ([]QueueStats, error) {
+// queues is Queues, counting up to upTo rows per state when upTo > 0.
+func (s *SQL) queues(ctx context.Context, upTo int64) ([]QueueStats, error) {
 	byName := map[string]*QueueStats{}
 	queues := map[string]sqlqueue.Queue{}
 	subs, err := s.subscriptions(ctx)
@@ -577,7 +577,7 @@ func (s *SQL) queues(ctx context.Context, max int64) ([]QueueStats, error) {
 			continue
 		}
 		g.Go(func() error {
-			if err := s.countQueue(gctx, q, st, max); err != nil {
+			if err := s.countQueue(gctx, q, st, upTo); err != nil {
 				return fmt.Errorf("count %s: %w", name, err)
 			}
 			return nil
@@ -637,9 +637,9 @@ const countParallel = 4
 // countQueue counts q's rows by state with one statement of four
 // subqueries, each answered from one of the queue table's partial indexes
 // (pending: state = 0 by due_at; leased: state <> 0) rather than by
-// reading the table, and sets st's counts and OldestReady. With max > 0
-// each count stops after max+1 rows and reports max, with its More flag.
-func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, max int64) error {
+// reading the table, and sets st's counts and OldestReady. With upTo > 0
+// each count stops after upTo+1 rows and reports upTo, with its More flag.
+func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, upTo int64) error {
 	var args []any
 	now := func() string {
 		e := s.nowExpr()
@@ -650,12 +650,12 @@ func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, 
 	}
 	count := func(where string) string {
 		switch {
-		case max <= 0:
+		case upTo <= 0:
 			return `(SELECT count(*) FROM ` + q.Table + ` WHERE ` + where + `)`
 		case s.Kind == "sqlserver":
-			return `(SELECT count(*) FROM (SELECT TOP (` + strconv.FormatInt(max+1, 10) + `) 1 AS x FROM ` + q.Table + ` WHERE ` + where + `) AS c)`
+			return `(SELECT count(*) FROM (SELECT TOP (` + strconv.FormatInt(upTo+1, 10) + `) 1 AS x FROM ` + q.Table + ` WHERE ` + where + `) AS c)`
 		default:
-			return `(SELECT count(*) FROM (SELECT 1 FROM ` + q.Table + ` WHERE ` + where + ` LIMIT ` + strconv.FormatInt(max+1, 10) + `) AS c)`
+			return `(SELECT count(*) FROM (SELECT 1 FROM ` + q.Table + ` WHERE ` + where + ` LIMIT ` + strconv.FormatInt(upTo+1, 10) + `) AS c)`
 		}
 	}
 	query := `SELECT
@@ -667,10 +667,10 @@ func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, 
 	if err := s.DB.QueryRowContext(ctx, query, args...).Scan(&st.Ready, &st.Delayed, &st.InFlight, &oldest); err != nil {
 		return err
 	}
-	if max > 0 {
+	if upTo > 0 {
 		capAt := func(n *int64, more *bool) {
-			if *n > max {
-				*n, *more = max, true
+			if *n > upTo {
+				*n, *more = upTo, true
 			}
 		}
 		capAt(&st.Ready, &st.ReadyMore)
