@@ -24,7 +24,7 @@ func TestStatements(t *testing.T) {
 		args []any
 	}{
 		{"claim", d.Claim(q, 77, 5, 2*time.Second),
-			`UPDATE "berth_q_orders" SET state = 1, owner = ?, lease_until = ?, waiting = 0 WHERE id IN ( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND p.waiting = 0 AND p.due_at <= ? AND (p.expires_at IS NULL OR p.expires_at > ?) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT ? ) RETURNING id, uuid, headers, body, attempts`,
+			`UPDATE "berth_q_orders" SET state = 1, owner = ?, lease_until = ?, waiting = 0 WHERE id IN ( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND p.waiting = 0 AND p.due_at <= ? AND (p.expires_at IS NULL OR p.expires_at > ?) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT ? + 0 ) RETURNING id, uuid, headers, body, attempts`,
 			[]any{int64(77), int64(1_002_000), int64(1_000_000), int64(1_000_000), 5}},
 		{"begin", d.Begin(q, refs, 30*time.Second),
 			`WITH r(id, owner) AS (VALUES (?, ?), (?, ?)) UPDATE "berth_q_orders" SET state = 2, attempts = attempts + 1, lease_until = ? WHERE state = 1 AND (id, owner) IN (SELECT id, owner FROM r) RETURNING id, attempts`,
