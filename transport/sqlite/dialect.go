@@ -191,19 +191,27 @@ const insertChunk = 500
 // statements; SQLite runs one writer at a time, so the answer is exact
 // until the commit); for the others, always (the first one is there). A
 // delayed row is never waiting: the claims' head check orders it.
+//
+// Which of these a row is travels as an argument (insertRow), not in the
+// text, so the text depends on the number of rows only and a prepared
+// insert serves every batch of that size: with the choice written into
+// the text, each keyed batch was a text of its own, parsed every time and
+// crowding the claims out of the statement cache.
 func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
 	now := d.now()
 	var out []sqlqueue.Stmt
 	seen := map[string]bool{}
+	row := "(?, ?, ?, ?, ?, ?, ?, " + insertWaiting(q) + ")"
 	for start := 0; start < len(rows); start += insertChunk {
 		chunk := rows[start:min(start+insertChunk, len(rows))]
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + q.Table + ` (uuid, headers, body, created_at, due_at, expires_at, ordering_key, waiting) VALUES `)
-		args := make([]any, 0, 8*len(chunk))
+		args := make([]any, 0, 10*len(chunk))
 		for i, r := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
+			b.WriteString(row)
 			var expires, key any
 			if r.TTL > 0 {
 				expires = now + sqlqueue.Millis(r.TTL)
@@ -211,27 +219,39 @@ func (d Dialect) Insert(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.
 			if r.OrderingKey != "" {
 				key = r.OrderingKey
 			}
-			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires, key)
+			wait := waitNever
 			switch {
 			case key == nil:
-				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 0)")
 			case r.Delay > 0:
 				// Never waiting: a hand-off that finds it at its key's
 				// head before it is due leaves it (ClaimKeys), and the
 				// full claim must then see it when it falls due.
 				seen[r.OrderingKey] = true
-				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 0)")
 			case seen[r.OrderingKey]:
-				b.WriteString("(?, ?, ?, ?, ?, ?, ?, 1)")
+				wait = waitAlways
 			default:
 				seen[r.OrderingKey] = true
-				b.WriteString("(?, ?, ?, ?, ?, ?, ?, EXISTS (SELECT 1 FROM " + q.Table + " WHERE ordering_key = ?))")
-				args = append(args, key)
+				wait = waitIfKeyed
 			}
+			args = append(args, r.UUID, string(r.Headers), r.Body, now, now+sqlqueue.Millis(r.Delay), expires, key, wait, key)
 		}
 		out = append(out, st(b.String(), args...))
 	}
 	return out
+}
+
+// An inserted row's waiting marker (Insert): never, always, or when its
+// key already has a row in the table.
+const (
+	waitNever   = 0
+	waitAlways  = 1
+	waitIfKeyed = 2
+)
+
+// insertWaiting is an inserted row's waiting value from two arguments: its
+// wait (waitNever, …) and its key again.
+func insertWaiting(q sqlqueue.Queue) string {
+	return `CASE ? WHEN 1 THEN 1 WHEN 2 THEN EXISTS (SELECT 1 FROM ` + q.Table + ` AS k WHERE k.ordering_key = ?) ELSE 0 END`
 }
 
 // The claims' limits are written "LIMIT ? + 0", never "LIMIT ?": SQLite

@@ -26,14 +26,30 @@ type PreparedDialect interface {
 // number of keys.
 const stmtCacheSize = 256
 
+// stmtCacheBytes bounds the summed length of the texts a stmtCache keeps.
+// A prepared statement holds about fifteen bytes of SQLite's memory per byte
+// of text (a 100-row insert: 17 KB of text, ~150 KB prepared), so a count
+// alone let a publisher of batches of many sizes keep stmtCacheSize large
+// programs (37.7 MB after 300 keyed batches of 100 rows,
+// TestKeyedBatchesKeepStatementMemory). 256 KB of text keeps the claims
+// and settlement (1–4 KB each) and a few dozen large inserts: reusing a
+// 100-row insert's statement doubles a batch publish's rate
+// (BenchmarkPublishBatchKeyed), so large texts are worth keeping while
+// they are reused.
+const stmtCacheBytes = 256 << 10
+
 // stmtCache is a querier over a *sql.DB that prepares each statement text
 // once (database/sql then prepares it once per connection) and keeps the
-// stmtCacheSize most recently used texts. Evicting a statement closes it;
-// database/sql keeps it open for queries still reading its rows.
+// most recently used texts, at most stmtCacheSize of them and
+// stmtCacheBytes in all; a text longer than an eighth of that is prepared
+// for its run and closed. Evicting a statement closes it; database/sql
+// keeps it open for queries still reading its rows.
 type stmtCache struct {
 	db  *sql.DB
-	max int // texts kept, stmtCacheSize
-	mu  sync.Mutex
+	max      int // texts kept, stmtCacheSize
+	maxBytes int // their summed length, stmtCacheBytes
+	mu       sync.Mutex
+	bytes    int // summed length of the texts kept
 	ll  *list.List // of *cachedStmt, most recently used first
 	m   map[string]*list.Element
 }
@@ -46,11 +62,20 @@ type cachedStmt struct {
 }
 
 func newStmtCache(db *sql.DB) *stmtCache {
-	return &stmtCache{db: db, max: stmtCacheSize, ll: list.New(), m: map[string]*list.Element{}}
+	return &stmtCache{db: db, max: stmtCacheSize, maxBytes: stmtCacheBytes, ll: list.New(), m: map[string]*list.Element{}}
 }
 
 // QueryContext implements querier.
 func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if len(query) > c.maxBytes/8 {
+		// The rows keep the statement open until they are closed.
+		st, err := c.db.PrepareContext(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		return st.QueryContext(ctx, args...)
+	}
 	e, err := c.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -87,9 +112,11 @@ func (c *stmtCache) stmt(ctx context.Context, query string) (*cachedStmt, error)
 	}
 	e := &cachedStmt{text: query, st: st, users: 1}
 	c.m[query] = c.ll.PushFront(e)
-	for c.ll.Len() > c.max {
+	c.bytes += len(query)
+	for c.ll.Len() > c.max || c.bytes > c.maxBytes {
 		old := c.ll.Remove(c.ll.Back()).(*cachedStmt)
 		delete(c.m, old.text)
+		c.bytes -= len(old.text)
 		old.evicted = true
 		if old.users == 0 {
 			_ = old.st.Close()

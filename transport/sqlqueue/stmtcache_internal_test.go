@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +122,27 @@ func TestStmtCache(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+
+	// A text longer than an eighth of the byte budget runs, and is not
+	// kept; the texts kept stay within the budget.
+	long := `SELECT id FROM t WHERE id >= 2 -- ` + strings.Repeat("x", c.maxBytes/8)
+	if got := count(c, long); got != 2 {
+		t.Fatalf("long text: %d rows, want 2", got)
+	}
+	if _, ok := c.m[long]; ok {
+		t.Fatal("a text longer than an eighth of the budget was kept")
+	}
+	c.maxBytes = 800 // texts of ~90 bytes: an eighth is 100
+	for i := range 20 {
+		count(c, fmt.Sprintf(`SELECT id FROM t WHERE id > %d -- padded to ninety bytes with this comment: %03d`, i%3, i))
+	}
+	sum := 0
+	for el := c.ll.Front(); el != nil; el = el.Next() {
+		sum += len(el.Value.(*cachedStmt).text)
+	}
+	if sum != c.bytes || c.bytes > c.maxBytes || c.ll.Len() < 4 {
+		t.Fatalf("cache holds %d texts of %d bytes (counted %d), want at least 4 within %d", c.ll.Len(), sum, c.bytes, c.maxBytes)
+	}
 
 	// A text that does not prepare is an error, and is not kept.
 	if _, err := c.QueryContext(ctx, `SELECT nope FROM missing`); err == nil {
