@@ -107,3 +107,46 @@ func BenchmarkPublishBatchKeyed(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
 }
+
+// BenchmarkPublishFanOut publishes b.N messages one per Publish call from
+// 16 goroutines into a topic with two consumer groups: each publish is one
+// transaction of two inserts. Run:
+//
+//	go test ./transport/sqlite -run '^$' -bench PublishFanOut -benchtime 20000x -count 3
+func BenchmarkPublishFanOut(b *testing.B) {
+	ctx := context.Background()
+	url := "sqlite://" + filepath.Join(b.TempDir(), "p.db")
+	pub, err := transport.OpenPublisher(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	for _, g := range []string{"billing", "shipping"} {
+		sub, err := transport.OpenSubscriber(ctx, url+"?consumer_group="+g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sub.Close()
+		if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const workers = 16
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+}

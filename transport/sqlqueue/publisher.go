@@ -156,10 +156,21 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			if len(stmts) == 1 {
 				return query(ctx, p.e.hot, &p.e.ctrs.inserts, stmts[0], nil)
 			}
-			return inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
-				_, err := runAll(ctx, tx, &p.e.ctrs.inserts, stmts)
+			cache, _ := p.e.hot.(*stmtCache)
+			var prepared *txStmts
+			err := inTx(ctx, p.e.db, &p.e.ctrs.txs, func(tx *sql.Tx) error {
+				var q querier = tx
+				if cache != nil {
+					prepared = cache.inTx(tx)
+					q = prepared
+				}
+				_, err := runAll(ctx, q, &p.e.ctrs.inserts, stmts)
 				return err
 			})
+			if prepared != nil {
+				prepared.prepareMissed(ctx)
+			}
+			return err
 		})
 	}
 	err = insert()

@@ -45,13 +45,13 @@ const stmtCacheBytes = 256 << 10
 // for its run and closed. Evicting a statement closes it; database/sql
 // keeps it open for queries still reading its rows.
 type stmtCache struct {
-	db  *sql.DB
+	db       *sql.DB
 	max      int // texts kept, stmtCacheSize
 	maxBytes int // their summed length, stmtCacheBytes
 	mu       sync.Mutex
-	bytes    int // summed length of the texts kept
-	ll  *list.List // of *cachedStmt, most recently used first
-	m   map[string]*list.Element
+	bytes    int        // summed length of the texts kept
+	ll       *list.List // of *cachedStmt, most recently used first
+	m        map[string]*list.Element
 }
 
 type cachedStmt struct {
@@ -133,4 +133,50 @@ func (c *stmtCache) done(e *cachedStmt) {
 	if e.evicted && e.users == 0 {
 		_ = e.st.Close()
 	}
+}
+
+// inTx returns a querier that runs statements in tx through c: a text
+// already prepared runs as that statement (database/sql reuses it on the
+// transaction's connection); a new one runs in tx unprepared, and is
+// prepared by prepareMissed once tx has ended (preparing on the pool while
+// tx holds SQLite's one connection would wait for it forever).
+func (c *stmtCache) inTx(tx *sql.Tx) *txStmts { return &txStmts{c: c, tx: tx} }
+
+// txStmts is stmtCache.inTx's querier.
+type txStmts struct {
+	c      *stmtCache
+	tx     *sql.Tx
+	missed []string
+}
+
+// QueryContext implements querier.
+func (t *txStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	t.c.mu.Lock()
+	el, ok := t.c.m[query]
+	var e *cachedStmt
+	if ok {
+		t.c.ll.MoveToFront(el)
+		e = el.Value.(*cachedStmt)
+		e.users++
+	}
+	t.c.mu.Unlock()
+	if !ok {
+		if len(query) <= t.c.maxBytes/8 {
+			t.missed = append(t.missed, query)
+		}
+		return t.tx.QueryContext(ctx, query, args...)
+	}
+	defer t.c.done(e)
+	return t.tx.StmtContext(ctx, e.st).QueryContext(ctx, args...)
+}
+
+// prepareMissed prepares the texts QueryContext ran unprepared, for the
+// next transaction; a failure only leaves a text unprepared.
+func (t *txStmts) prepareMissed(ctx context.Context) {
+	for _, q := range t.missed {
+		if e, err := t.c.stmt(ctx, q); err == nil {
+			t.c.done(e)
+		}
+	}
+	t.missed = nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 )
@@ -150,5 +151,47 @@ func TestStmtCache(t *testing.T) {
 	}
 	if _, ok := c.m[`SELECT nope FROM missing`]; ok {
 		t.Fatal("a failed text was kept")
+	}
+}
+
+// TestStmtCacheInTx runs statements in transactions through the cache on a
+// pool of one connection, as SQLite's: a new text runs unprepared (to
+// prepare it on the pool would wait for the connection the transaction
+// holds) and is prepared once the transaction ends; the next transaction
+// runs it as the cached statement.
+func TestStmtCacheInTx(t *testing.T) {
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (id INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	c := newStmtCache(db)
+	text := `INSERT INTO t (id) VALUES (?) RETURNING id`
+	for i := range 3 {
+		var ts *txStmts
+		err := inTx(ctx, db, new(atomic.Int64), func(tx *sql.Tx) error {
+			ts = c.inTx(tx)
+			return query(ctx, ts, new(atomic.Int64), Stmt{SQL: text, Args: []any{i + 1}}, nil)
+		})
+		if err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		if wantMissed := i == 0; (len(ts.missed) == 1) != wantMissed {
+			t.Fatalf("transaction %d: missed %q", i, ts.missed)
+		}
+		ts.prepareMissed(ctx)
+		if _, ok := c.m[text]; !ok {
+			t.Fatalf("transaction %d: the text is not cached after it", i)
+		}
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows = %d, %v; want 3", n, err)
 	}
 }
