@@ -32,7 +32,7 @@ const stmtCacheSize = 256
 // alone let a publisher of batches of many sizes keep stmtCacheSize large
 // programs (37.7 MB after 300 keyed batches of 100 rows,
 // TestKeyedBatchesKeepStatementMemory). 256 KB of text keeps the claims
-// and settlement (1–4 KB each) and a few dozen large inserts: reusing a
+// and many settlements (1–4 KB each) and a few dozen large inserts: reusing a
 // 100-row insert's statement doubles a batch publish's rate
 // (BenchmarkPublishBatchKeyed), so large texts are worth keeping while
 // they are reused.
@@ -88,15 +88,9 @@ func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any)
 // used until done: an eviction meanwhile does not close it under the
 // caller (rows already returned keep it open by themselves).
 func (c *stmtCache) stmt(ctx context.Context, query string) (*cachedStmt, error) {
-	c.mu.Lock()
-	if el, ok := c.m[query]; ok {
-		c.ll.MoveToFront(el)
-		e := el.Value.(*cachedStmt)
-		e.users++
-		c.mu.Unlock()
+	if e := c.lookup(query); e != nil {
 		return e, nil
 	}
-	c.mu.Unlock()
 	st, err := c.db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
@@ -125,7 +119,22 @@ func (c *stmtCache) stmt(ctx context.Context, query string) (*cachedStmt, error)
 	return e, nil
 }
 
-// done ends a use of e that stmt counted.
+// lookup returns query's statement when it is cached, counted as used
+// until done; nil otherwise.
+func (c *stmtCache) lookup(query string) *cachedStmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.m[query]
+	if !ok {
+		return nil
+	}
+	c.ll.MoveToFront(el)
+	e := el.Value.(*cachedStmt)
+	e.users++
+	return e
+}
+
+// done ends a use of e that stmt or lookup counted.
 func (c *stmtCache) done(e *cachedStmt) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,16 +160,8 @@ type txStmts struct {
 
 // QueryContext implements querier.
 func (t *txStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	t.c.mu.Lock()
-	el, ok := t.c.m[query]
-	var e *cachedStmt
-	if ok {
-		t.c.ll.MoveToFront(el)
-		e = el.Value.(*cachedStmt)
-		e.users++
-	}
-	t.c.mu.Unlock()
-	if !ok {
+	e := t.c.lookup(query)
+	if e == nil {
 		if len(query) <= t.c.maxBytes/8 {
 			t.missed = append(t.missed, query)
 		}
