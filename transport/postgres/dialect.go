@@ -416,20 +416,42 @@ SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FR
 // PromoteHeads implements sqlqueue.HeadPromoter: the sweeper's repair of a
 // key whose head is waiting with no hand-off coming (its predecessor left
 // by a path that hands nothing off: a sweep, the console, a listener that
-// stopped). One pass over the key index (the first row of each key) per
-// sweep, at most limit rows.
+// stopped); at most limit rows.
+//
+// A key's head is the first entry of the key in the key index. The first
+// promoteWalk keys are found one seek each, skipping from key to key (a
+// recursive walk), and the keys after them by one pass over the rest of
+// the index (DISTINCT ON). With a few hot keys and a deep backlog the pass
+// read every blocked row, every sweep: 10 keys × 50,000 rows took 140 ms
+// (38,695 buffers) against 0.3 ms walked (55 buffers; TestPromoteHeadsSkipsBacklog).
+// With many keys of a few rows each, the walk stops at promoteWalk (about
+// 10 ms) and the pass reads what it read before: 100,000 keys of 2 rows,
+// 86–147 ms before, 93–120 after.
 func (Dialect) PromoteHeads(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
-	return st(`UPDATE `+q.Table+` AS w SET waiting = false
-WHERE w.id IN (
-	SELECT f.id FROM (
-		SELECT DISTINCT ON (ordering_key) id, waiting, state FROM `+q.Table+`
-		WHERE ordering_key IS NOT NULL
-		ORDER BY ordering_key, id) AS f
-	WHERE f.waiting AND f.state = 0
-	LIMIT $1)
+	return st(`WITH RECURSIVE walk AS (
+	(SELECT ordering_key, id, waiting, state, 1 AS n FROM `+q.Table+`
+	 WHERE ordering_key IS NOT NULL ORDER BY ordering_key, id LIMIT 1)
+	UNION ALL
+	SELECT x.ordering_key, x.id, x.waiting, x.state, walk.n + 1 FROM walk, LATERAL (
+		SELECT e.ordering_key, e.id, e.waiting, e.state FROM `+q.Table+` AS e
+		WHERE e.ordering_key > walk.ordering_key ORDER BY e.ordering_key, e.id LIMIT 1) AS x
+	WHERE walk.n < $2
+), heads AS (
+	SELECT id, waiting, state FROM walk
+	UNION ALL
+	(SELECT DISTINCT ON (e.ordering_key) e.id, e.waiting, e.state FROM `+q.Table+` AS e
+	 WHERE e.ordering_key > (SELECT ordering_key FROM walk WHERE n = $2)
+	 ORDER BY e.ordering_key, e.id)
+)
+UPDATE `+q.Table+` AS w SET waiting = false
+WHERE w.id IN (SELECT id FROM heads WHERE waiting AND state = 0 LIMIT $1)
 AND w.waiting AND w.state = 0
-RETURNING w.id`, limit)
+RETURNING w.id`, limit, promoteWalk)
 }
+
+// promoteWalk is how many keys PromoteHeads finds by a seek each before it
+// reads the rest of the key index in one pass.
+const promoteWalk = 1000
 
 // claimable is the claims' row choice ($3 rows at most): due rows, oldest
 // first, a keyed row only as its key's head (see Claim), locked, skipping

@@ -327,17 +327,37 @@ func keyHeads(q sqlqueue.Queue) string {
 	return `SELECT (SELECT e.id FROM ` + q.Table + ` AS e WHERE e.ordering_key = k.value ORDER BY e.id LIMIT 1) FROM json_each(?7) AS k`
 }
 
-// PromoteHeads implements sqlqueue.HeadPromoter: per key, its first row (a
-// pass over the key index), when waiting and pending.
+// PromoteHeads implements sqlqueue.HeadPromoter: per key, its first row,
+// when waiting and pending; at most ?1 rows. The first ?2 keys
+// (promoteWalk) are found one seek each, skipping from key to key (a
+// recursive walk), the keys after them by one pass over the rest of the
+// key index. It holds the write lock while it runs: the pass alone read
+// the whole key index, 23 ms for 10 keys × 20,000 rows against 0.2 ms
+// walked (TestPromoteHeadsSkipsBacklog); with many keys of a few rows
+// each the walk stops at promoteWalk and the pass reads what it read
+// before.
 func (Dialect) PromoteHeads(q sqlqueue.Queue, limit int) sqlqueue.Stmt {
-	return st(`UPDATE `+q.Table+` SET waiting = 0
+	return st(`WITH RECURSIVE walk(k, n) AS (
+	SELECT (SELECT ordering_key FROM `+q.Table+` WHERE ordering_key IS NOT NULL ORDER BY ordering_key LIMIT 1), 1
+	UNION ALL
+	SELECT (SELECT ordering_key FROM `+q.Table+` WHERE ordering_key > walk.k ORDER BY ordering_key LIMIT 1), walk.n + 1
+	FROM walk WHERE walk.k IS NOT NULL AND walk.n < ?2
+), heads(id) AS (
+	SELECT (SELECT id FROM `+q.Table+` WHERE ordering_key = walk.k ORDER BY id LIMIT 1) FROM walk WHERE walk.k IS NOT NULL
+	UNION ALL
+	SELECT min(id) FROM `+q.Table+` WHERE ordering_key > (SELECT k FROM walk WHERE n = ?2) GROUP BY ordering_key
+)
+UPDATE `+q.Table+` SET waiting = 0
 WHERE id IN (
-	SELECT h.id FROM (SELECT min(id) AS id FROM `+q.Table+` WHERE ordering_key IS NOT NULL GROUP BY ordering_key) AS h
-	JOIN `+q.Table+` AS w ON w.id = h.id
+	SELECT w.id FROM heads JOIN `+q.Table+` AS w ON w.id = heads.id
 	WHERE w.waiting = 1 AND w.state = 0
-	LIMIT ?)
-RETURNING id`, limit)
+	LIMIT ?1)
+RETURNING id`, limit, promoteWalk)
 }
+
+// promoteWalk is how many keys PromoteHeads finds by a seek each before it
+// reads the rest of the key index in one pass.
+const promoteWalk = 1000
 
 // claimDirect is ClaimDirect's statement around a row choice (c: id and
 // due_at of at most ?2 rows, ?1 being now).
