@@ -15,14 +15,27 @@ import (
 // promoted, sorted; keep commits the transaction.
 func promoted(t *testing.T, db *sql.DB, q sqlqueue.Queue, limit int, keep bool) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	st := postgres.Dialect{}.PromoteHeads(q, limit)
-	rows, err := tx.QueryContext(ctx, st.SQL, st.Args...)
+	ids := scanIDs(t, tx, st.SQL, st.Args...)
+	if keep {
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// scanIDs returns the ids query answers (one column), sorted.
+func scanIDs(t *testing.T, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, query string, args ...any) []int64 {
+	t.Helper()
+	rows, err := q.QueryContext(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +47,8 @@ func promoted(t *testing.T, db *sql.DB, q sqlqueue.Queue, limit int, keep bool) 
 		}
 		ids = append(ids, id)
 	}
-	if err := rows.Err(); err != nil {
+	if err := rows.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if keep {
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
 	}
 	slices.Sort(ids)
 	return ids
@@ -67,21 +75,9 @@ func TestPromoteHeadsFindsEveryWaitingHead(t *testing.T) {
 		`INSERT INTO `+q.Table+` (uuid, headers, body, waiting) SELECT md5('u' || g::text), '{}', '\x00'::bytea, true FROM generate_series(1, 100) AS g`,
 		`ANALYZE `+q.Table,
 	)
-	var want []int64
-	rows, err := db.QueryContext(context.Background(), `SELECT id FROM `+q.Table+`
+	want := scanIDs(t, db, `SELECT id FROM `+q.Table+`
 		WHERE ordering_key IS NOT NULL AND waiting AND state = 0
-		  AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = `+q.Table+`.ordering_key AND e.id < `+q.Table+`.id)
-		ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, id)
-	}
+		  AND NOT EXISTS (SELECT 1 FROM `+q.Table+` AS e WHERE e.ordering_key = `+q.Table+`.ordering_key AND e.id < `+q.Table+`.id)`)
 	if len(want) != 500 {
 		t.Fatalf("the fixture has %d waiting heads, want 500", len(want))
 	}

@@ -25,18 +25,8 @@ import (
 // is in the table or in the same insert, never when delayed or unkeyed.
 func TestInsertTextByRowCount(t *testing.T) {
 	ctx := context.Background()
-	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
 	d := sqlite.Dialect{}
-	q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, "orders", "")
-	for _, s := range d.CreateQueue(q) {
-		if _, err := db.ExecContext(ctx, s.SQL, s.Args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db, q := queueConn(t)
 	row := func(key string, delay time.Duration) sqlqueue.InsertRow {
 		return sqlqueue.InsertRow{UUID: fmt.Sprint(time.Now().UnixNano()), Headers: []byte(`{}`), Body: []byte("x"), OrderingKey: key, Delay: delay}
 	}

@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -13,9 +14,9 @@ import (
 	"github.com/berth-go/berth/transport/sqlqueue"
 )
 
-// promoteFixture opens a database with one queue table and fills it by
-// insert (an INSERT … SELECT over generated rows, on the queue's table).
-func promoteFixture(t *testing.T, insert string, args ...any) (*sql.Conn, sqlqueue.Queue) {
+// queueConn opens a database file with the queue table of topic "orders"
+// and returns a connection to it (SQLite's one), closed at cleanup.
+func queueConn(t *testing.T) (*sql.Conn, sqlqueue.Queue) {
 	t.Helper()
 	ctx := context.Background()
 	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
@@ -34,17 +35,24 @@ func promoteFixture(t *testing.T, insert string, args ...any) (*sql.Conn, sqlque
 			t.Fatal(err)
 		}
 	}
-	if _, err := conn.ExecContext(ctx, `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 200000) `+insert, args...); err != nil {
+	return conn, q
+}
+
+// promoteFixture is queueConn with the queue table filled by insert, an
+// INSERT … SELECT from g(i), i = 1…200,000; %s in insert is the table.
+func promoteFixture(t *testing.T, insert string) (*sql.Conn, sqlqueue.Queue) {
+	t.Helper()
+	conn, q := queueConn(t)
+	if _, err := conn.ExecContext(context.Background(), `WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 200000) `+fmt.Sprintf(insert, q.Table)); err != nil {
 		t.Fatal(err)
 	}
 	return conn, q
 }
 
-// promote runs PromoteHeads and returns the ids it promoted, sorted.
-func promote(t *testing.T, conn *sql.Conn, q sqlqueue.Queue, limit int) []int64 {
+// scanIDs returns the ids query answers (one column), sorted.
+func scanIDs(t *testing.T, conn *sql.Conn, query string, args ...any) []int64 {
 	t.Helper()
-	st := sqlite.Dialect{}.PromoteHeads(q, limit)
-	rows, err := conn.QueryContext(context.Background(), st.SQL, st.Args...)
+	rows, err := conn.QueryContext(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +71,13 @@ func promote(t *testing.T, conn *sql.Conn, q sqlqueue.Queue, limit int) []int64 
 	return ids
 }
 
+// promote runs PromoteHeads and returns the ids it promoted, sorted.
+func promote(t *testing.T, conn *sql.Conn, q sqlqueue.Queue, limit int) []int64 {
+	t.Helper()
+	st := sqlite.Dialect{}.PromoteHeads(q, limit)
+	return scanIDs(t, conn, st.SQL, st.Args...)
+}
+
 // TestPromoteHeadsFindsEveryWaitingHead checks PromoteHeads on 1,500 keys
 // (past the keys it finds one seek each, so both of its ways of finding
 // heads run): it promotes exactly the heads that are waiting and pending,
@@ -73,12 +88,12 @@ func TestPromoteHeadsFindsEveryWaitingHead(t *testing.T) {
 	// the head is waiting and pending when k % 3 = 0, ready when k % 3 =
 	// 1, waiting but fetched when k % 3 = 2. Every second row waits, and
 	// so do 100 unkeyed rows.
-	conn, q := promoteFixture(t, `INSERT INTO `+sqlqueue.QueueFor(sqlite.Dialect{}, sqlqueue.Tables{}, "orders", "").Table+`
+	conn, q := promoteFixture(t, `INSERT INTO %s
 		(uuid, headers, body, created_at, due_at, ordering_key, waiting, state)
 		SELECT i, '{}', x'00', 0, 0,
-		       CASE WHEN i <= 3000 THEN printf('key-%04d', (i - 1) % 1500) END,
-		       i > 1500 OR (i - 1) % 3 <> 1,
-		       CASE WHEN i <= 1500 AND (i - 1) % 3 = 2 THEN 1 ELSE 0 END
+		       CASE WHEN i <= 3000 THEN printf('key-%%04d', (i - 1) %% 1500) END,
+		       i > 1500 OR (i - 1) %% 3 <> 1,
+		       CASE WHEN i <= 1500 AND (i - 1) %% 3 = 2 THEN 1 ELSE 0 END
 		FROM g WHERE i <= 3100`)
 	var want []int64
 	for k := int64(0); k < 1500; k += 3 {
@@ -102,23 +117,7 @@ func TestPromoteHeadsFindsEveryWaitingHead(t *testing.T) {
 // fixture: what the sweeps promoted.
 func promoteAll(t *testing.T, conn *sql.Conn, q sqlqueue.Queue) []int64 {
 	t.Helper()
-	rows, err := conn.QueryContext(context.Background(), `SELECT id FROM `+q.Table+`
-		WHERE waiting = 0 AND NOT (id <= 1500 AND (id - 1) % 3 = 1) ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return ids
+	return scanIDs(t, conn, `SELECT id FROM `+q.Table+` WHERE waiting = 0 AND NOT (id <= 1500 AND (id - 1) % 3 = 1)`)
 }
 
 // TestPromoteHeadsSkipsBacklog checks that a sweep over a few hot keys with
@@ -127,9 +126,9 @@ func promoteAll(t *testing.T, conn *sql.Conn, q sqlqueue.Queue) []int64 {
 // 69 walked against 971 when it read the key index whole (23 ms under the
 // write lock).
 func TestPromoteHeadsSkipsBacklog(t *testing.T) {
-	conn, q := promoteFixture(t, `INSERT INTO `+sqlqueue.QueueFor(sqlite.Dialect{}, sqlqueue.Tables{}, "orders", "").Table+`
+	conn, q := promoteFixture(t, `INSERT INTO %s
 		(uuid, headers, body, created_at, due_at, ordering_key, waiting)
-		SELECT i, '{}', x'00', 0, 0, 'key-' || (i % 10), i > 10 FROM g`)
+		SELECT i, '{}', x'00', 0, 0, 'key-' || (i %% 10), i > 10 FROM g`)
 	status := func(op msqlite.DBStatusOp) (n int) {
 		t.Helper()
 		if err := conn.Raw(func(dc any) error {

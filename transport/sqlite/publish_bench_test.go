@@ -15,12 +15,12 @@ import (
 	"github.com/berth-go/berth/transport"
 )
 
-// BenchmarkPublishConcurrent publishes b.N messages one per Publish call
-// from 16 goroutines into a subscribed topic of a fresh database file: the
-// publish path of a service whose handlers each send one message. Run:
-//
-//	go test ./transport/sqlite -run '^$' -bench PublishConcurrent -benchtime 20000x -count 3
-func BenchmarkPublishConcurrent(b *testing.B) {
+// publishBench opens a publisher on a fresh database file whose topic
+// "bench" has a queue for each of groups ("" is the default group), and
+// runs publish from workers goroutines until it has been called b.N times
+// in all (each call gets its number), reporting msg/s: size messages per
+// call.
+func publishBench(b *testing.B, workers, size int, groups []string, publish func(pub message.Publisher, i int64) error) {
 	ctx := context.Background()
 	url := "sqlite://" + filepath.Join(b.TempDir(), "p.db")
 	pub, err := transport.OpenPublisher(ctx, url)
@@ -28,15 +28,21 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pub.Close()
-	sub, err := transport.OpenSubscriber(ctx, url)
-	if err != nil {
-		b.Fatal(err)
+	for _, g := range groups {
+		u := url
+		if g != "" {
+			u += "?consumer_group=" + g
+		}
+		sub, err := transport.OpenSubscriber(ctx, u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sub.Close()
+		if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
+			b.Fatal(err)
+		}
 	}
-	defer sub.Close()
-	if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
-		b.Fatal(err)
-	}
-	const workers = 16
+	calls := (int64(b.N) + int64(size) - 1) / int64(size)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -44,8 +50,8 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))); err != nil {
+			for i := next.Add(1); i <= calls; i = next.Add(1) {
+				if err := publish(pub, i); err != nil {
 					b.Error(err)
 					return
 				}
@@ -53,7 +59,21 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	b.ReportMetric(float64(calls*int64(size))/b.Elapsed().Seconds(), "msg/s")
+}
+
+// oneMessage publishes one message a call.
+func oneMessage(pub message.Publisher, _ int64) error {
+	return pub.Publish("bench", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
+}
+
+// BenchmarkPublishConcurrent publishes b.N messages one per Publish call
+// from 16 goroutines into a subscribed topic of a fresh database file: the
+// publish path of a service whose handlers each send one message. Run:
+//
+//	go test ./transport/sqlite -run '^$' -bench PublishConcurrent -benchtime 20000x -count 3
+func BenchmarkPublishConcurrent(b *testing.B) {
+	publishBench(b, 16, 1, []string{""}, oneMessage)
 }
 
 // BenchmarkPublishBatchKeyed publishes b.N messages in batches of 100 from
@@ -63,49 +83,15 @@ func BenchmarkPublishConcurrent(b *testing.B) {
 //
 //	go test ./transport/sqlite -run '^$' -bench PublishBatchKeyed -benchtime 50000x -count 3
 func BenchmarkPublishBatchKeyed(b *testing.B) {
-	ctx := context.Background()
-	url := "sqlite://" + filepath.Join(b.TempDir(), "p.db")
-	pub, err := transport.OpenPublisher(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
-	sub, err := transport.OpenSubscriber(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Close()
-	if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
-		b.Fatal(err)
-	}
-	const workers, batch, keys = 4, 100, 1000
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				end := next.Add(batch)
-				if end-batch >= int64(b.N) {
-					return
-				}
-				msgs := make([]*message.Message, 0, batch)
-				for i := end - batch; i < min(end, int64(b.N)); i++ {
-					m := message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))
-					m.Metadata.Set(transport.MetadataOrderingKey, strconv.Itoa(rand.IntN(keys)))
-					msgs = append(msgs, m)
-				}
-				if err := pub.Publish("bench", msgs...); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	const batch, keys = 100, 1000
+	publishBench(b, 4, batch, []string{""}, func(pub message.Publisher, _ int64) error {
+		msgs := make([]*message.Message, batch)
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))
+			msgs[i].Metadata.Set(transport.MetadataOrderingKey, strconv.Itoa(rand.IntN(keys)))
+		}
+		return pub.Publish("bench", msgs...)
+	})
 }
 
 // BenchmarkPublishFanOut publishes b.N messages one per Publish call from
@@ -114,39 +100,5 @@ func BenchmarkPublishBatchKeyed(b *testing.B) {
 //
 //	go test ./transport/sqlite -run '^$' -bench PublishFanOut -benchtime 20000x -count 3
 func BenchmarkPublishFanOut(b *testing.B) {
-	ctx := context.Background()
-	url := "sqlite://" + filepath.Join(b.TempDir(), "p.db")
-	pub, err := transport.OpenPublisher(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
-	for _, g := range []string{"billing", "shipping"} {
-		sub, err := transport.OpenSubscriber(ctx, url+"?consumer_group="+g)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sub.Close()
-		if err := sub.(message.SubscribeInitializer).SubscribeInitialize("bench"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	const workers = 16
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`))); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	publishBench(b, 16, 1, []string{"billing", "shipping"}, oneMessage)
 }

@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,23 +21,8 @@ import (
 // compiled: it must not run for the second and third executions.
 func TestClaimLimitNotReprepared(t *testing.T) {
 	ctx := context.Background()
-	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
 	d := sqlite.Dialect{}
-	q := sqlqueue.QueueFor(d, sqlqueue.Tables{}, "orders", "")
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for _, s := range d.CreateQueue(q) {
-		if _, err := conn.ExecContext(ctx, s.SQL, s.Args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn, q := queueConn(t)
 	var compiles atomic.Int64
 	if err := conn.Raw(func(dc any) error {
 		return dc.(msqlite.AuthorizerRegisterer).RegisterAuthorizer(func(msqlite.AuthorizerActionCode, string, string, string, string) msqlite.AuthorizerReturnCode {
