@@ -844,3 +844,18 @@ WHERE id = ANY(ARRAY(
 AND state = 0
 RETURNING id`, limit, sqlqueue.Millis(retention), q.Topic)
 }
+
+// InsertInTx implements sqlqueue.CallerTxDialect: Insert.
+func (d Dialect) InsertInTx(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
+	return d.Insert(q, rows)
+}
+
+// CompleteInTx implements sqlqueue.CallerTxDialect: Complete of the one
+// row a handler's transaction settles, by its primary key (no array to
+// unnest, a plan as small as the statement).
+func (d Dialect) CompleteInTx(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
+	if len(refs) != 1 {
+		return d.Complete(q, refs)
+	}
+	return st(`DELETE FROM `+q.Table+` WHERE id = $1 AND owner = $2 AND state + 0 = 2 RETURNING id`, refs[0].ID, refs[0].Owner)
+}
