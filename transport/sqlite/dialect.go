@@ -398,16 +398,43 @@ func (d Dialect) MultiProbe(qs []sqlqueue.Queue) sqlqueue.Stmt {
 	return st(b.String(), d.now())
 }
 
-// refs returns "(?, ?), (?, ?)" and the ids and owners as arguments.
+// refs returns "(?, ?), (?, ?)" and the ids and owners as arguments,
+// padded with NULL pairs to a size class (padded).
 func refs(rs []sqlqueue.Ref) (string, []any) {
+	args := make([]any, 0, 2*padded(len(rs)))
+	for _, r := range rs {
+		args = append(args, r.ID, r.Owner)
+	}
+	return valuesOf("(?, ?)", padded(len(rs)), 2, args)
+}
+
+// padded is the number of rows a settlement of n rows lists: n rounded up
+// to a power of two. Its text then depends on that size class alone, so
+// the 256 sizes of a settlement batch make 9 texts, each prepared once and
+// kept (sqlqueue's statement cache); listed one row each, they crowded the
+// cache and were parsed again and again (about 4% of a drain's CPU,
+// profiled). The padding rows are NULL, which no row of the table
+// matches; TestSettlementTextsBySizeClass.
+func padded(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
+// valuesOf writes rows copies of row, comma-separated, and pads args,
+// width arguments a row, with NULLs up to rows rows.
+func valuesOf(row string, rows, width int, args []any) (string, []any) {
 	var b strings.Builder
-	args := make([]any, 0, 2*len(rs))
-	for i, r := range rs {
+	for i := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?)")
-		args = append(args, r.ID, r.Owner)
+		b.WriteString(row)
+	}
+	for len(args) < rows*width {
+		args = append(args, nil)
 	}
 	return b.String(), args
 }
@@ -444,20 +471,16 @@ func (d Dialect) Renew(q sqlqueue.Queue, rs []sqlqueue.Ref, lease time.Duration)
 // its batch.
 func (d Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 	now := d.now()
-	var b strings.Builder
-	args := make([]any, 0, 4*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?)")
+	args := make([]any, 0, 4*padded(len(rows)))
+	for _, r := range rows {
 		args = append(args, r.ID, r.Owner, now+sqlqueue.Millis(r.Delay), r.Line)
 	}
+	values, args := valuesOf("(?, ?, ?, ?)", padded(len(rows)), 4, args)
 	const path = `'$.` + transport.MetadataAttemptErrors + `'`
 	v := `coalesce(json_extract(q.headers, ` + path + `), '') || r.line`
 	n := strconv.Itoa(transport.MaxAttemptErrors)
 	tail := `substr(` + v + `, -` + n + `)`
-	return st(`WITH r(id, owner, due_at, line) AS (VALUES `+b.String()+`)
+	return st(`WITH r(id, owner, due_at, line) AS (VALUES `+values+`)
 UPDATE `+q.Table+` AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = r.due_at,
 	headers = CASE WHEN NOT json_valid(q.headers) THEN q.headers
 		WHEN json_type(q.headers) <> 'object' THEN q.headers
