@@ -38,6 +38,7 @@ var (
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.StatsDialect           = Dialect{}
 	_ sqlqueue.HeadPromoter           = Dialect{}
+	_ sqlqueue.CallerTxDialect        = Dialect{}
 )
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes

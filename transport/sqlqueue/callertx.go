@@ -7,7 +7,9 @@ package sqlqueue
 // sets READ COMMITTED at the head of its own batches, since a pooled
 // connection may carry another isolation level; inside a caller's
 // transaction the level is the caller's choice, and these statements leave
-// it alone. Without it, the engine runs Insert and Complete there.
+// it alone. PostgreSQL settles the handler's one row by primary key: the
+// batched Complete's generic plan scanned small queue tables. Without it,
+// the engine runs Insert and Complete there.
 type CallerTxDialect interface {
 	// InsertInTx is Insert, for a caller's transaction.
 	InsertInTx(q Queue, rows []InsertRow) []Stmt
