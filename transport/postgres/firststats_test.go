@@ -83,6 +83,13 @@ func explain(t *testing.T, c interface {
 	}
 	defer func() { _ = tx.Rollback() }()
 	rows, err := tx.Query(`EXPLAIN `+st.SQL, st.Args...)
+	return planText(t, rows, err)
+}
+
+// planText returns the lines of an EXPLAIN's rows, failing the test on
+// err or a read error.
+func planText(t *testing.T, rows *sql.Rows, err error) string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

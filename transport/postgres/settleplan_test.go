@@ -110,17 +110,5 @@ func genericPlan(t *testing.T, db *sql.DB, st sqlqueue.Stmt) string {
 	execOn(`PREPARE berth_generic AS ` + st.SQL)
 	defer execOn(`DEALLOCATE berth_generic`)
 	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE berth_generic(`+strings.Join(lits, ", ")+`)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(line + "\n")
-	}
-	return b.String()
+	return planText(t, rows, err)
 }
