@@ -67,7 +67,7 @@ func newStmtCache(db *sql.DB) *stmtCache {
 
 // QueryContext implements querier.
 func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if len(query) > c.maxBytes/8 {
+	if !c.keeps(query) {
 		// The rows keep the statement open until they are closed.
 		st, err := c.db.PrepareContext(ctx, query)
 		if err != nil {
@@ -99,10 +99,7 @@ func (c *stmtCache) stmt(ctx context.Context, query string) (*cachedStmt, error)
 	defer c.mu.Unlock()
 	if el, ok := c.m[query]; ok { // prepared meanwhile by another caller
 		_ = st.Close()
-		c.ll.MoveToFront(el)
-		e := el.Value.(*cachedStmt)
-		e.users++
-		return e, nil
+		return c.use(el), nil
 	}
 	e := &cachedStmt{text: query, st: st, users: 1}
 	c.m[query] = c.ll.PushFront(e)
@@ -128,11 +125,21 @@ func (c *stmtCache) lookup(query string) *cachedStmt {
 	if !ok {
 		return nil
 	}
+	return c.use(el)
+}
+
+// use marks el's statement most recently used and counts a use of it,
+// until done. c.mu is held.
+func (c *stmtCache) use(el *list.Element) *cachedStmt {
 	c.ll.MoveToFront(el)
 	e := el.Value.(*cachedStmt)
 	e.users++
 	return e
 }
+
+// keeps reports whether the cache keeps query prepared: texts longer than
+// an eighth of maxBytes are prepared for their run only.
+func (c *stmtCache) keeps(query string) bool { return len(query) <= c.maxBytes/8 }
 
 // done ends a use of e that stmt or lookup counted.
 func (c *stmtCache) done(e *cachedStmt) {
@@ -162,7 +169,7 @@ type txStmts struct {
 func (t *txStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	e := t.c.lookup(query)
 	if e == nil {
-		if len(query) <= t.c.maxBytes/8 {
+		if t.c.keeps(query) {
 			t.missed = append(t.missed, query)
 		}
 		return t.tx.QueryContext(ctx, query, args...)
