@@ -70,6 +70,14 @@ func TestSettlementsAndSweepsPinned(t *testing.T) {
 			t.Errorf("%s: not pinned to a seek of %s:\n%s", name, c.index, c.st.SQL)
 		}
 	}
+	// The stray predicate cannot seek, so its pin is a scan of the lease
+	// index, in the other sweeps' form: DELETE TOP … FROM, not a DELETE
+	// through a CTE, which Babelfish does not run (item 10).
+	stray := d.DeadLetterStray(testNames, q, 10)[0].SQL
+	if want := "DELETE TOP (@p1) q\n"; !strings.Contains(stray, want) ||
+		!strings.Contains(stray, "FROM "+q.Table+" AS q WITH (INDEX(["+q.Name+"_leased]), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)\nWHERE ") {
+		t.Errorf("DeadLetterStray: not a DELETE TOP pinned to the lease index:\n%s", stray)
+	}
 }
 
 // Every batch Berth sends on its own account sets READ COMMITTED, so that

@@ -18,13 +18,10 @@ DECLARE @now datetime2(3) = SYSUTCDATETIME();
 SET XACT_ABORT ON;
 DECLARE @t TABLE (id bigint NOT NULL, uuid nvarchar(255) NOT NULL, headers nvarchar(max) NOT NULL, body varbinary(max) NOT NULL, attempts int NOT NULL, created_at datetime2(3) NOT NULL, state tinyint NOT NULL, lease_until datetime2(3) NULL);
 BEGIN TRANSACTION;
-WITH s AS (
-	SELECT TOP (@p1) id, uuid, headers, body, attempts, created_at, state, lease_until
-	FROM [app].[berth_q_orders__billing] WITH (INDEX([berth_q_orders__billing_leased]), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-	WHERE state > 0 AND (lease_until IS NULL OR owner IS NULL OR state > 2)
-)
-DELETE FROM s
-OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state, deleted.lease_until INTO @t;
+DELETE TOP (@p1) q
+OUTPUT deleted.id, deleted.uuid, deleted.headers, deleted.body, deleted.attempts, deleted.created_at, deleted.state, deleted.lease_until INTO @t
+FROM [app].[berth_q_orders__billing] AS q WITH (INDEX([berth_q_orders__billing_leased]), UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+WHERE q.state > 0 AND (q.lease_until IS NULL OR q.owner IS NULL OR q.state > 2);
 INSERT INTO [app].[berth_errors] (queue_table, message_uuid, headers, body, attempts, reason, original_id, created_at, failed_at)
 SELECT @p2, uuid, headers, body, attempts, CASE WHEN state > 2 THEN CONCAT(N'stray row: state ', state, N' is not a known state') WHEN lease_until IS NULL THEN CONCAT(N'stray row: state ', state, N' with no lease') ELSE CONCAT(N'stray row: state ', state, N' with no owner') END, id, created_at, @now FROM @t ORDER BY id;
 COMMIT TRANSACTION;
