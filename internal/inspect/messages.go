@@ -132,7 +132,25 @@ var (
 type qb struct {
 	s    *SQL
 	args []any
+	now  bool // the statement compares with @now (SQL Server; see text)
 }
+
+// text is query as sent: on SQL Server, after the declaration of the
+// @now that nowSQL wrote into it, if it did. A statement that references
+// a variable is one that forced parameterization (PARAMETERIZATION FORCED
+// on the database) leaves alone: otherwise the server would make the
+// literal of `state = 0` a parameter, and the filtered pending index would
+// no longer match (docs/transports/sqlserver.md, Forced parameterization).
+func (b *qb) text(query string) string {
+	if !b.now {
+		return query
+	}
+	return sqlServerNow + query
+}
+
+// sqlServerNow declares @now, the server's clock as the time columns keep
+// it, for the statement that follows (as the transport's idle probes do).
+const sqlServerNow = "SET NOCOUNT ON;\nDECLARE @now datetime2(3) = SYSUTCDATETIME();\n"
 
 func (b *qb) arg(v any) string {
 	b.args = append(b.args, v)
@@ -161,13 +179,15 @@ func (s *SQL) timeOfKey(b *qb, k int64) string {
 	return b.arg(time.UnixMicro(k).UTC())
 }
 
-// nowSQL is the database's now as the time columns store it.
+// nowSQL is the database's now as the time columns store it: on SQL
+// Server the variable @now, which b.text declares.
 func (s *SQL) nowSQL(b *qb) string {
 	switch s.Kind {
 	case "postgres":
 		return "now()"
 	case "sqlserver":
-		return "SYSUTCDATETIME()"
+		b.now = true // declared by b.text
+		return "@now"
 	}
 	return b.arg(s.now().UnixMilli())
 }
@@ -427,7 +447,7 @@ func (s *SQL) MessagePage(ctx context.Context, f MessageFilter, cur string, limi
 		inner := s.limited("*", q.Table, where, orderBy(st, false), searchWindow)
 		query = s.limited(s.messageCols(false), "("+inner+") AS w", s.matchCond(b, f), orderBy(st, false), limit+1)
 	}
-	rows, err := s.DB.QueryContext(ctx, query, b.args...)
+	rows, err := s.DB.QueryContext(ctx, b.text(query), b.args...)
 	if err != nil {
 		return MessagePage{}, fmt.Errorf("read messages of %s: %w", q.Name, err)
 	}
@@ -492,7 +512,7 @@ SELECT (SELECT count(*) FROM w), m.due_at, (SELECT max(id) FROM w WHERE w.due_at
 	var n int
 	var due any
 	var id sql.NullInt64
-	if err := s.DB.QueryRowContext(ctx, query, b.args...).Scan(&n, &due, &id); err != nil {
+	if err := s.DB.QueryRowContext(ctx, b.text(query), b.args...).Scan(&n, &due, &id); err != nil {
 		return 0, cursor{}, fmt.Errorf("read messages of %s: %w", q.Name, err)
 	}
 	end := cursor{id: id.Int64, set: true}
@@ -515,7 +535,7 @@ func (s *SQL) Message(ctx context.Context, queue, id string) (Message, error) {
 	}
 	b := &qb{s: s}
 	query := `SELECT ` + s.messageCols(true) + ` FROM ` + q.Table + ` WHERE id = ` + b.arg(n)
-	rows, err := s.DB.QueryContext(ctx, query, b.args...)
+	rows, err := s.DB.QueryContext(ctx, b.text(query), b.args...)
 	if err != nil {
 		return Message{}, fmt.Errorf("read message %d of %s: %w", n, q.Name, err)
 	}
@@ -735,7 +755,7 @@ func (s *SQL) CountCancellable(ctx context.Context, f MessageFilter) (Cancellabl
 		where += " AND " + m
 	}
 	var n int64
-	if err := s.DB.QueryRowContext(ctx, `SELECT count(*) FROM `+q.Table+` WHERE `+where, b.args...).Scan(&n); err != nil {
+	if err := s.DB.QueryRowContext(ctx, b.text(`SELECT count(*) FROM `+q.Table+` WHERE `+where), b.args...).Scan(&n); err != nil {
 		return Cancellable{}, fmt.Errorf("count messages of %s: %w", q.Name, err)
 	}
 	return Cancellable{Queue: q.Name, N: n, UpTo: upTo.Int64}, nil
@@ -778,7 +798,7 @@ func (s *SQL) CancelMatching(ctx context.Context, f MessageFilter, upTo int64) (
 		}
 		where := "id > " + b.arg(after) + " AND id <= " + b.arg(upTo)
 		query := s.limited("id, attempts, due_at, CASE WHEN "+cond+" THEN 1 ELSE 0 END", q.Table, where, "id", purgeWindow)
-		rows, err := s.DB.QueryContext(ctx, query, b.args...)
+		rows, err := s.DB.QueryContext(ctx, b.text(query), b.args...)
 		if err != nil {
 			return res, fmt.Errorf("cancel messages of %s: %w", q.Name, err)
 		}

@@ -640,6 +640,37 @@ const countParallel = 4
 // reading the table, and sets st's counts and OldestReady. With upTo > 0
 // each count stops after upTo+1 rows and reports upTo, with its More flag.
 func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, upTo int64) error {
+	query, args := s.countQuery(q, upTo)
+	var oldest any
+	if err := s.DB.QueryRowContext(ctx, query, args...).Scan(&st.Ready, &st.Delayed, &st.InFlight, &oldest); err != nil {
+		return err
+	}
+	if upTo > 0 {
+		capAt := func(n *int64, more *bool) {
+			if *n > upTo {
+				*n, *more = upTo, true
+			}
+		}
+		capAt(&st.Ready, &st.ReadyMore)
+		capAt(&st.Delayed, &st.DelayedMore)
+		capAt(&st.InFlight, &st.InFlightMore)
+	}
+	if oldest != nil {
+		if age := s.now().Sub(toTime(oldest)); age > 0 {
+			st.OldestReady = age
+		}
+	}
+	return nil
+}
+
+// countQuery is countQueue's statement and its arguments. On SQL Server
+// "now" is a declared variable (@now, as the transport's idle probes
+// compare with): a statement without a variable or a client parameter is
+// parameterized by the server under forced parameterization (PARAMETERIZATION
+// FORCED on the database), and `state = @0` in place of `state = 0` would
+// no longer match the filtered pending index, so every count would read
+// the whole queue table.
+func (s *SQL) countQuery(q sqlqueue.Queue, upTo int64) (string, []any) {
 	var args []any
 	now := func() string {
 		e := s.nowExpr()
@@ -663,26 +694,10 @@ func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, 
 	` + count(`state = 0 AND due_at > `+now()) + `,
 	` + count(`state <> 0`) + `,
 	(SELECT min(due_at) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `)`
-	var oldest any
-	if err := s.DB.QueryRowContext(ctx, query, args...).Scan(&st.Ready, &st.Delayed, &st.InFlight, &oldest); err != nil {
-		return err
+	if s.Kind == "sqlserver" {
+		query = sqlServerNow + query
 	}
-	if upTo > 0 {
-		capAt := func(n *int64, more *bool) {
-			if *n > upTo {
-				*n, *more = upTo, true
-			}
-		}
-		capAt(&st.Ready, &st.ReadyMore)
-		capAt(&st.Delayed, &st.DelayedMore)
-		capAt(&st.InFlight, &st.InFlightMore)
-	}
-	if oldest != nil {
-		if age := s.now().Sub(toTime(oldest)); age > 0 {
-			st.OldestReady = age
-		}
-	}
-	return nil
+	return query, args
 }
 
 type expr struct {
@@ -696,7 +711,7 @@ func (s *SQL) nowExpr() expr {
 	case "postgres":
 		return expr{sql: "now()"}
 	case "sqlserver":
-		return expr{sql: "SYSUTCDATETIME()"}
+		return expr{sql: "@now"} // declared by countQuery
 	default: // sqlite stores Unix milliseconds from the process clock
 		ms := s.now().UnixMilli()
 		return expr{sql: "?", args: []any{ms, ms}}
