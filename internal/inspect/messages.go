@@ -535,7 +535,7 @@ func (s *SQL) Message(ctx context.Context, queue, id string) (Message, error) {
 	}
 	b := &qb{s: s}
 	query := `SELECT ` + s.messageCols(true) + ` FROM ` + q.Table + ` WHERE id = ` + b.arg(n)
-	rows, err := s.DB.QueryContext(ctx, b.text(query), b.args...)
+	rows, err := s.DB.QueryContext(ctx, query, b.args...)
 	if err != nil {
 		return Message{}, fmt.Errorf("read message %d of %s: %w", n, q.Name, err)
 	}
