@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/berth-go/berth/transport"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -38,7 +37,7 @@ var (
 	_ sqlqueue.Limiter                = Dialect{}
 	_ sqlqueue.StatsDialect           = Dialect{}
 	_ sqlqueue.HeadPromoter           = Dialect{}
-	_ sqlqueue.CallerTxDialect        = Dialect{}
+	_ sqlqueue.SettleCommitter        = Dialect{}
 )
 
 // MaxOrderingKeyLength is the longest ordering key, in bytes
@@ -727,7 +726,7 @@ RETURNING id`, limit)
 // with the session when a process dies.
 func (Dialect) Listen(ctx context.Context, conn *sql.Conn, s *sqlqueue.WakeSession) error {
 	return conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
+		sc, ok := dc.(pgxConn)
 		if !ok {
 			return fmt.Errorf("postgres: LISTEN needs the pgx stdlib driver, got %T", dc)
 		}
@@ -846,17 +845,17 @@ AND state = 0
 RETURNING id`, limit, sqlqueue.Millis(retention), q.Topic)
 }
 
-// InsertInTx implements sqlqueue.CallerTxDialect: Insert.
-func (d Dialect) InsertInTx(q sqlqueue.Queue, rows []sqlqueue.InsertRow) []sqlqueue.Stmt {
-	return d.Insert(q, rows)
-}
-
-// CompleteInTx implements sqlqueue.CallerTxDialect: Complete of the one
-// row a handler's transaction settles, by its primary key (no array to
-// unnest, a plan as small as the statement).
-func (d Dialect) CompleteInTx(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
-	if len(refs) != 1 {
-		return d.Complete(q, refs)
-	}
-	return st(`DELETE FROM `+q.Table+` WHERE id = $1 AND owner = $2 AND state + 0 = 2 RETURNING id`, refs[0].ID, refs[0].Owner)
+// CompleteCommit implements sqlqueue.SettleCommitter: the settlement of
+// the one row a handler's transaction settles, by its primary key (no
+// array to unnest, a plan as small as the statement: the batched
+// Complete's generic plan scanned small queue tables), which fails when
+// the row is no longer the lease's, so that Connector's connections send
+// it together with COMMIT (commitMarker). The failure is a cast that
+// cannot succeed (LeaseLost), not a constant one, which the planner would
+// fold and raise for every row.
+func (Dialect) CompleteCommit(q sqlqueue.Queue, ref sqlqueue.Ref) sqlqueue.Stmt {
+	return st(commitMarker+`WITH d AS (
+	DELETE FROM `+q.Table+` WHERE id = $1 AND owner = $2 AND state + 0 = 2 RETURNING id
+)
+SELECT CAST(CASE count(*) WHEN 1 THEN '1' ELSE '`+leaseLostText+`' END AS int) FROM d`, ref.ID, ref.Owner)
 }

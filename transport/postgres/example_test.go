@@ -1,7 +1,11 @@
 package postgres_test
 
 import (
+	"database/sql"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/berth-go/berth/transport/postgres"
 	"github.com/berth-go/berth/transport/sqlqueue"
@@ -12,4 +16,26 @@ func ExampleDialect() {
 	ddl := sqlqueue.DDL(postgres.Dialect{}, sqlqueue.Tables{}, sqlqueue.QueueRef{Topic: "orders"})
 	fmt.Println(len(ddl) > 0)
 	// Output: true
+}
+
+// A pool of your own (here, pgx's configuration with a custom
+// application name) whose handler transactions still commit with their
+// settlement in one round trip: wrap pgx's connector with Connector, and
+// pass the pool as the subscriber's DB (you close it).
+func ExampleConnector() {
+	cfg, err := pgx.ParseConfig("postgres://app@db.internal:5432/orders")
+	if err != nil {
+		panic(err)
+	}
+	cfg.RuntimeParams["application_name"] = "billing"
+	db := sql.OpenDB(postgres.Connector(stdlib.GetConnector(*cfg)))
+	defer db.Close()
+	db.SetMaxOpenConns(postgres.DefaultSharedMaxConns)
+
+	sub, err := postgres.NewSubscriber(postgres.SubscriberConfig{DB: db}, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	// sub.Subscribe(ctx, "orders"): handlers call transport.TxFromContext.
 }

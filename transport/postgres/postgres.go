@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/berth-go/berth/internal/sqlurl"
 	"github.com/berth-go/berth/internal/urlparam"
@@ -35,9 +37,9 @@ type SubscriberConfig = sqlqueue.SubscriberConfig
 // defaults.
 type PublisherConfig = sqlqueue.PublisherConfig
 
-// Open opens a private database/sql pool over pgx with at most maxConns
-// connections (DefaultMaxOpenConns when ≤ 0; at least 2, since a
-// subscriber's wake-up listener holds one). The caller closes it. To share
+// Open opens a private database/sql pool over pgx (through Connector) with
+// at most maxConns connections (DefaultMaxOpenConns when ≤ 0; at least 2,
+// since a subscriber's wake-up listener holds one). The caller closes it. To share
 // one pool among many publishers and subscribers, set DSN in their configs
 // instead (or open them by URL).
 func Open(dsn string, maxConns int) (*sql.DB, error) {
@@ -45,10 +47,11 @@ func Open(dsn string, maxConns int) (*sql.DB, error) {
 		maxConns = DefaultMaxOpenConns
 	}
 	maxConns = max(maxConns, 2) // the wake-up listener holds one
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", err)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil { // pgx's message shows the DSN with its password masked
+		return nil, fmt.Errorf("%w: postgres: DSN: %w", transport.ErrInvalidConfig, err)
 	}
+	db := sql.OpenDB(Connector(stdlib.GetConnector(*cfg)))
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)

@@ -63,12 +63,7 @@ func TestHandlerTxSettlementUsesThePrimaryKey(t *testing.T) {
 		`ANALYZE `+q.Table,
 	)
 	// The statement sqlqueue runs in the handler's transaction.
-	var d sqlqueue.Dialect = postgres.Dialect{}
-	refs := []sqlqueue.Ref{{ID: 1, Owner: 7}}
-	st := d.Complete(q, refs)
-	if c, ok := d.(sqlqueue.CallerTxDialect); ok {
-		st = c.CompleteInTx(q, refs)
-	}
+	st := postgres.Dialect{}.CompleteCommit(q, sqlqueue.Ref{ID: 1, Owner: 7})
 	if plan := genericPlan(t, db, st); !strings.Contains(plan, "_pkey") || strings.Contains(plan, "Seq Scan") {
 		t.Errorf("the handler transaction's settlement does not go by the primary key:\n%s", plan)
 	}

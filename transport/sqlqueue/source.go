@@ -637,9 +637,19 @@ func (s *Source) CompleteTx(ctx context.Context, d *transport.Delivery, tx *sql.
 	defer s.unblocked(d)
 	sctx, cancel := s.stmtCtx(ctx)
 	defer cancel()
-	ids, err := queryIDs(sctx, tx, &s.e.ctrs.completes, completeInTx(s.e.d, s.q, []Ref{refOf(d)}))
-	if err == nil && len(ids) == 0 {
-		err = s.lost(d)
+	var err error
+	if sc, ok := s.e.d.(SettleCommitter); ok {
+		st := sc.CompleteCommit(s.q, refOf(d))
+		s.e.ctrs.completes.Add(1)
+		if _, err = tx.ExecContext(sctx, st.SQL, st.Args...); sc.LeaseLost(err) {
+			err = s.lost(d)
+		}
+	} else {
+		var ids []int64
+		ids, err = queryIDs(sctx, tx, &s.e.ctrs.completes, completeInTx(s.e.d, s.q, []Ref{refOf(d)}))
+		if err == nil && len(ids) == 0 {
+			err = s.lost(d)
+		}
 	}
 	if err != nil {
 		_ = tx.Rollback()
