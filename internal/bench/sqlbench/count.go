@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/berth-go/berth/transport/postgres"
 )
 
 // Counter counts what a set of connection pools sends to the database, at
@@ -185,7 +187,9 @@ func OpenPool(pc PoolConfig) (*sql.DB, error) {
 			return nil
 		}))
 	}
-	db := stdlib.OpenDB(*cfg, opts...)
+	// Berth's own pools are made this way (postgres.Open): a handler's
+	// transaction commits with its settlement in one round trip.
+	db := sql.OpenDB(postgres.Connector(stdlib.GetConnector(*cfg, opts...)))
 	n := max(pc.MaxConns, 1)
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/berth-go/berth/internal/bench"
 	"github.com/berth-go/berth/transport"
@@ -345,7 +344,7 @@ func (l *limitSubscriber) withConn(fn func(*pgx.Conn) error) error {
 	}
 	defer c.Close()
 	return c.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
+		sc, ok := dc.(interface{ Conn() *pgx.Conn }) // pgx's, or postgres.Connector's around it
 		if !ok {
 			return fmt.Errorf("sqlbench: limit needs the pgx stdlib driver, got %T", dc)
 		}
