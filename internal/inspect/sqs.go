@@ -298,8 +298,10 @@ var errStop = errors.New("stop")
 
 // scan receives the dead-letter queue's messages until three polls in a row
 // bring nothing new, keeping each invisible for hold (at least a second:
-// the SDK does not send a zero), and calls fn with each new one.
-func (s *SQS) scan(ctx context.Context, hold time.Duration, fn func(r received) error) error {
+// the SDK does not send a zero), and calls fn with each new one, and again
+// with one received once more (its hold ran out during the scan): only
+// its latest receipt can make it visible again.
+func (s *SQS) scan(ctx context.Context, hold time.Duration, fn func(r received) error, again func(r received)) error {
 	if s.DLQ == "" {
 		return ErrNoDLQ
 	}
@@ -325,6 +327,9 @@ func (s *SQS) scan(ctx context.Context, hold time.Duration, fn func(r received) 
 		for _, m := range out.Messages {
 			id := aws.ToString(m.MessageId)
 			if seen[id] {
+				r := s.decode(m)
+				r.queueURL = qurl
+				again(r)
 				continue
 			}
 			seen[id] = true
@@ -360,9 +365,12 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 	var receipts []string
 	now := s.now()
 	qurl := ""
-	err := s.scan(ctx, 30*time.Second, func(r received) error {
+	keep := func(r received) {
 		qurl = r.queueURL
 		receipts = append(receipts, r.receipt)
+	}
+	err := s.scan(ctx, 30*time.Second, func(r received) error {
+		keep(r)
 		if limit > 0 && len(out) >= limit {
 			return errStop
 		}
@@ -370,25 +378,32 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 			out = append(out, r.DeadLetter)
 		}
 		return nil
-	})
-	// Put them back even when ctx is done.
+	}, keep)
+	return out, errors.Join(err, s.release(ctx, qurl, receipts))
+}
+
+// release makes the received messages visible again, even when ctx is
+// done: every one, even after a failure, since a message left hidden
+// would vanish from the next listing for the rest of its hold.
+func (s *SQS) release(ctx context.Context, qurl string, receipts []string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	var err error
 	for _, rh := range receipts {
-		// Every one, even after a failure: a message left hidden would
-		// vanish from the next listing for the whole hold.
 		if _, rerr := s.Client.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(qurl), ReceiptHandle: aws.String(rh), VisibilityTimeout: 0,
 		}); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("sqs: make %s visible again: %w", s.DLQ, rerr))
 		}
 	}
-	return out, err
+	return err
 }
 
 // settle runs fn on the selected messages of the dead-letter queue,
 // holding each received message for a minute; messages not selected are
-// made visible again at once.
+// made visible again when the scan ends (released at once, each would be
+// received again by the scan's next poll and then stay hidden for the
+// minute).
 func (s *SQS) settle(ctx context.Context, f Filter, dryRun bool, fn func(qurl string, r received) error) ([]DeadLetter, error) {
 	if dryRun {
 		return s.DeadLetters(ctx, f, 0)
@@ -405,21 +420,23 @@ func (s *SQS) settle(ctx context.Context, f Filter, dryRun bool, fn func(qurl st
 		qurl = u
 	}
 	now := s.now()
-	var done []DeadLetter
+	var (
+		done     []DeadLetter
+		receipts []string // of the messages not selected
+	)
+	keep := func(r received) { receipts = append(receipts, r.receipt) }
 	err := s.scan(ctx, time.Minute, func(r received) error {
 		if !f.Match(r.DeadLetter, now) {
-			_, err := s.Client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-				QueueUrl: aws.String(qurl), ReceiptHandle: aws.String(r.receipt), VisibilityTimeout: 0,
-			})
-			return err
+			keep(r)
+			return nil
 		}
 		if err := fn(qurl, r); err != nil {
 			return err
 		}
 		done = append(done, r.DeadLetter)
 		return nil
-	})
-	return done, err
+	}, keep)
+	return done, errors.Join(err, s.release(ctx, qurl, receipts))
 }
 
 // Purge implements Inspector: it deletes the selected messages from the
