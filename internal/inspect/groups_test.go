@@ -179,13 +179,18 @@ func TestRetireGroup(t *testing.T) {
 			t.Fatalf("a refused retire changed the group: %+v", gs["audit"])
 		}
 
+		// Billing is empty: until its reader's first fleet report, a retire
+		// without Force would retire it, so wait for the report first.
 		for deadline := time.Now().Add(20 * time.Second); ; {
-			_, err = s.RetireGroup(ctx, "orders", "billing", inspect.RetireOptions{})
-			if errors.Is(err, inspect.ErrGroupInUse) || time.Now().After(deadline) {
+			if gs, _ := groupsOf(t, s, "orders"); gs["billing"].LastReader.Live {
 				break
 			}
-			time.Sleep(50 * time.Millisecond) // waiting for the first fleet report
+			if time.Now().After(deadline) {
+				t.Fatal("billing's reader never reported")
+			}
+			time.Sleep(50 * time.Millisecond) // polling interval
 		}
+		_, err = s.RetireGroup(ctx, "orders", "billing", inspect.RetireOptions{})
 		var inUse *inspect.GroupInUseError
 		if !errors.As(err, &inUse) || len(inUse.Readers) == 0 {
 			t.Fatalf("retire with a live reader: %v", err)
