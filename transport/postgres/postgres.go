@@ -39,9 +39,10 @@ type PublisherConfig = sqlqueue.PublisherConfig
 
 // Open opens a private database/sql pool over pgx (through Connector) with
 // at most maxConns connections (DefaultMaxOpenConns when ≤ 0; at least 2,
-// since a subscriber's wake-up listener holds one). The caller closes it. To share
-// one pool among many publishers and subscribers, set DSN in their configs
-// instead (or open them by URL).
+// since a subscriber's wake-up listener holds one). The caller closes it.
+// To share one pool among many publishers and subscribers, set DSN in
+// their configs instead (or open them by URL). A malformed dsn is
+// transport.ErrInvalidConfig.
 func Open(dsn string, maxConns int) (*sql.DB, error) {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxOpenConns

@@ -629,7 +629,9 @@ func (s *Source) BeginTx(ctx context.Context, d *transport.Delivery) (*sql.Tx, e
 }
 
 // CompleteTx implements transport.TxSettler: Complete's fenced DELETE,
-// inside the handler's transaction, then its COMMIT. The DELETE locks the
+// inside the handler's transaction, then its COMMIT (with a
+// SettleCommitter dialect, a DELETE that fails when the lease is lost, so
+// that the driver may send the COMMIT with it). The DELETE locks the
 // row until the commit, so a consumer that takes the row over after it
 // (the sweeper, a claim) waits for the outcome or skips the row; one that
 // took it over before it leaves it untouched (lease lost).
