@@ -34,7 +34,9 @@ func TestSQSSettleLeavesTheOthersVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = s.Client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	t.Cleanup(func() {
+		_, _ = s.Client.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: q.QueueUrl})
+	})
 	const n = 15 // more than one receive
 	for i := range n {
 		if _, err := s.Client.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("dead " + strconv.Itoa(i))}); err != nil {
