@@ -123,7 +123,8 @@ func dialectOf(db *sql.DB) string {
 		return ""
 	}
 	switch fmt.Sprintf("%T", db.Driver()) {
-	case "*stdlib.Driver", "*pq.Driver":
+	case "*stdlib.Driver", "*pq.Driver",
+		"postgres.inlineDriver": // postgres.Open's and postgres.Connector's pools
 		return Postgres
 	case "*sqlite.Driver":
 		return SQLite
