@@ -362,12 +362,12 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 		return nil, err
 	}
 	var out []DeadLetter
-	var receipts []string
+	receipts := map[string]string{} // the latest, by message id
 	now := s.now()
 	qurl := ""
 	keep := func(r received) {
 		qurl = r.queueURL
-		receipts = append(receipts, r.receipt)
+		receipts[r.ID] = r.receipt
 	}
 	err := s.scan(ctx, 30*time.Second, func(r received) error {
 		keep(r)
@@ -382,10 +382,12 @@ func (s *SQS) DeadLetters(ctx context.Context, f Filter, limit int) ([]DeadLette
 	return out, errors.Join(err, s.release(ctx, qurl, receipts))
 }
 
-// release makes the received messages visible again, even when ctx is
-// done: every one, even after a failure, since a message left hidden
-// would vanish from the next listing for the rest of its hold.
-func (s *SQS) release(ctx context.Context, qurl string, receipts []string) error {
+// release makes the received messages visible again, by their latest
+// receipts (an earlier one no longer works once a message is received
+// again), even when ctx is done: every one, even after a failure, since a
+// message left hidden would vanish from the next listing for the rest of
+// its hold.
+func (s *SQS) release(ctx context.Context, qurl string, receipts map[string]string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var err error
@@ -420,11 +422,9 @@ func (s *SQS) settle(ctx context.Context, f Filter, dryRun bool, fn func(qurl st
 		qurl = u
 	}
 	now := s.now()
-	var (
-		done     []DeadLetter
-		receipts []string // of the messages not selected
-	)
-	keep := func(r received) { receipts = append(receipts, r.receipt) }
+	var done []DeadLetter
+	receipts := map[string]string{} // of the messages not selected, by id
+	keep := func(r received) { receipts[r.ID] = r.receipt }
 	err := s.scan(ctx, time.Minute, func(r received) error {
 		if !f.Match(r.DeadLetter, now) {
 			keep(r)
