@@ -39,7 +39,8 @@ type Config struct {
 	DB *sql.DB
 
 	// Dialect is Postgres, SQLite or SQLServer. Defaults to the one of
-	// DB's driver (pgx or lib/pq, modernc.org/sqlite, go-mssqldb).
+	// DB's driver (pgx, including postgres.Open's and postgres.Connector's
+	// pools, or lib/pq; modernc.org/sqlite; go-mssqldb).
 	Dialect string
 
 	// Table is the inbox table, created if missing (optionally
