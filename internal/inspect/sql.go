@@ -663,22 +663,12 @@ func (s *SQL) countQueue(ctx context.Context, q sqlqueue.Queue, st *QueueStats, 
 	return nil
 }
 
-// countQuery is countQueue's statement and its arguments. On SQL Server
-// "now" is a declared variable (@now, as the transport's idle probes
-// compare with): a statement without a variable or a client parameter is
-// parameterized by the server under forced parameterization (PARAMETERIZATION
-// FORCED on the database), and `state = @0` in place of `state = 0` would
-// no longer match the filtered pending index, so every count would read
-// the whole queue table.
+// countQuery is countQueue's statement and its arguments. "now" is
+// nowSQL's: on SQL Server a variable the batch declares (qb.text), so that
+// forced parameterization leaves the statement's `state = 0` literals, and
+// the filtered pending index, alone.
 func (s *SQL) countQuery(q sqlqueue.Queue, upTo int64) (string, []any) {
-	var args []any
-	now := func() string {
-		e := s.nowExpr()
-		if len(e.args) > 0 {
-			args = append(args, e.args[0])
-		}
-		return e.sql
-	}
+	b := &qb{s: s}
 	count := func(where string) string {
 		switch {
 		case upTo <= 0:
@@ -690,32 +680,11 @@ func (s *SQL) countQuery(q sqlqueue.Queue, upTo int64) (string, []any) {
 		}
 	}
 	query := `SELECT
-	` + count(`state = 0 AND due_at <= `+now()) + `,
-	` + count(`state = 0 AND due_at > `+now()) + `,
+	` + count(`state = 0 AND due_at <= `+s.nowSQL(b)) + `,
+	` + count(`state = 0 AND due_at > `+s.nowSQL(b)) + `,
 	` + count(`state <> 0`) + `,
-	(SELECT min(due_at) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + now() + `)`
-	if s.Kind == "sqlserver" {
-		query = sqlServerNow + query
-	}
-	return query, args
-}
-
-type expr struct {
-	sql  string
-	args []any
-}
-
-// nowExpr is the database's "now" as stored in time columns.
-func (s *SQL) nowExpr() expr {
-	switch s.Kind {
-	case "postgres":
-		return expr{sql: "now()"}
-	case "sqlserver":
-		return expr{sql: "@now"} // declared by countQuery
-	default: // sqlite stores Unix milliseconds from the process clock
-		ms := s.now().UnixMilli()
-		return expr{sql: "?", args: []any{ms, ms}}
-	}
+	(SELECT min(due_at) FROM ` + q.Table + ` WHERE state = 0 AND due_at <= ` + s.nowSQL(b) + `)`
+	return b.text(query), b.args
 }
 
 // DeadCountCap is where the per-queue dead-letter counts stop on
