@@ -20,8 +20,8 @@ import (
 // Connector), two of them ride on others:
 //
 //   - BEGIN is sent in one pipeline with the transaction's first
-//     statement, when that is an Exec (a query or a prepared statement
-//     sends it first, on its own);
+//     statement, when that is an Exec (a query, a prepared statement, or
+//     an Exec given pgx's QueryExecMode sends it first, on its own);
 //   - the settlement is sent with the COMMIT. It cannot then be checked
 //     between the two, so it fails when its row is no longer the lease's
 //     (CompleteCommit), and the failure stops the pipeline before the
@@ -150,10 +150,23 @@ func (c *inlineConn) sendBegin(ctx context.Context) error {
 
 func (c *inlineConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
 	commit := strings.HasPrefix(query, commitMarker)
-	if !commit && !c.begin {
+	switch {
+	case commit:
+	case !c.begin:
+		return c.stdConn.ExecContext(ctx, query, args)
+	case len(args) > 0 && isExecMode(args[0].Value):
+		// pgx's option of one statement, which a pipeline does not take.
+		if err := c.sendBegin(ctx); err != nil {
+			return nil, err
+		}
 		return c.stdConn.ExecContext(ctx, query, args)
 	}
 	return c.execBatch(ctx, query, args, commit)
+}
+
+func isExecMode(v any) bool {
+	_, ok := v.(pgx.QueryExecMode)
+	return ok
 }
 
 func (c *inlineConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {

@@ -178,13 +178,19 @@ func TestHandlerTxInTwoRoundTrips(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		inline bool
+		mode   pgx.QueryExecMode // the pool's default, as with PgBouncer
 		want   int64
-	}{{"connector", true, 2}, {"plain", false, 4}} {
+	}{
+		{"connector", true, pgx.QueryExecModeCacheStatement, 2},
+		{"connector_simple", true, pgx.QueryExecModeSimpleProtocol, 2},
+		{"plain", false, pgx.QueryExecModeCacheStatement, 4},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := pgx.ParseConfig(url)
 			if err != nil {
 				t.Fatal(err)
 			}
+			cfg.DefaultQueryExecMode = c.mode
 			var writes atomic.Int64
 			var dialer net.Dialer
 			cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -235,8 +241,8 @@ func TestHandlerTxInTwoRoundTrips(t *testing.T) {
 	}
 }
 
-// Whatever a transaction runs first (an Exec, a query, a prepared
-// statement, a statement on the pgx connection under database/sql's
+// Whatever a transaction runs first (an Exec, one given pgx's
+// QueryExecMode, a query, a prepared statement, a statement on the pgx connection under database/sql's
 // Conn.Raw, a failing statement, or nothing), it runs in the transaction
 // on a Connector's pool as on a plain pgx pool: rolled back, it leaves
 // nothing; committed, it stays; options are kept; the connection goes
@@ -254,6 +260,11 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 	firsts := map[string]func(*testing.T, *sql.Conn, *sql.Tx, string){
 		"exec": func(t *testing.T, _ *sql.Conn, tx *sql.Tx, name string) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO firsts VALUES ($1)`, name); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"exec mode": func(t *testing.T, _ *sql.Conn, tx *sql.Tx, name string) {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO firsts VALUES ($1)`, pgx.QueryExecModeSimpleProtocol, name); err != nil {
 				t.Fatal(err)
 			}
 		},
