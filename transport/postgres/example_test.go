@@ -19,8 +19,9 @@ func ExampleDialect() {
 }
 
 // A pool of your own (here, pgx's configuration with a custom
-// application name) whose handler transactions still commit with their
-// settlement in one round trip: wrap pgx's connector with Connector, and
+// application name) whose handler transactions still send BEGIN with
+// their first Exec and commit with their settlement (two round trips for
+// a handler that writes once): wrap pgx's connector with Connector, and
 // pass the pool as the subscriber's DB (you close it).
 func ExampleConnector() {
 	cfg, err := pgx.ParseConfig("postgres://app@db.internal:5432/orders")
