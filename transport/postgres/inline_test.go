@@ -104,15 +104,22 @@ func TestSettlementCommitsInOneRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			if err := conn.Raw(func(dc any) error {
-				if st := dc.(interface{ Conn() *pgx.Conn }).Conn().PgConn().TxStatus(); st != 'I' {
-					t.Errorf("the pool's connection is in transaction status %q, want idle", st)
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
+			assertIdle(t, conn)
 		})
+	}
+}
+
+// assertIdle fails t unless conn's pgx connection is out of any
+// transaction.
+func assertIdle(t *testing.T, conn *sql.Conn) {
+	t.Helper()
+	if err := conn.Raw(func(dc any) error {
+		if st := dc.(interface{ Conn() *pgx.Conn }).Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("the connection is in transaction status %q, want idle", st)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -306,17 +313,6 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 	}{{"open", openDBAt(t, url)}, {"plain", plain}} {
 		p.db.SetMaxOpenConns(1)
 		t.Run(p.name, func(t *testing.T) {
-			idle := func(t *testing.T, conn *sql.Conn) {
-				t.Helper()
-				if err := conn.Raw(func(dc any) error {
-					if st := dc.(interface{ Conn() *pgx.Conn }).Conn().PgConn().TxStatus(); st != 'I' {
-						t.Errorf("the connection is in transaction status %q, want idle", st)
-					}
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
 			for first, run := range firsts {
 				for _, commit := range []bool{false, true} {
 					name := fmt.Sprintf("%s-%s-%v", p.name, first, commit)
@@ -340,7 +336,7 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 					if got := committed(name); got != commit {
 						t.Errorf("%s first, commit %v: the row is committed: %v", first, commit, got)
 					}
-					idle(t, conn)
+					assertIdle(t, conn)
 					_ = conn.Close()
 				}
 			}
@@ -358,7 +354,7 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 				if err := end(tx); err != nil {
 					t.Fatalf("ending an empty transaction: %v", err)
 				}
-				idle(t, conn)
+				assertIdle(t, conn)
 			}
 			// A failing first statement: the transaction has begun, and is
 			// aborted.
@@ -376,7 +372,7 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 			if err := tx.Commit(); !errors.Is(err, pgx.ErrTxCommitRollback) {
 				t.Errorf("Commit of the failed transaction: %v, want %v", err, pgx.ErrTxCommitRollback)
 			}
-			idle(t, conn)
+			assertIdle(t, conn)
 			// Options are kept.
 			tx, err = conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable, ReadOnly: true})
 			if err != nil {
@@ -392,7 +388,7 @@ func TestBeginWithTheFirstStatement(t *testing.T) {
 			if err := tx.Rollback(); err != nil {
 				t.Fatal(err)
 			}
-			idle(t, conn)
+			assertIdle(t, conn)
 		})
 	}
 }
