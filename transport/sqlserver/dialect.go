@@ -319,7 +319,7 @@ CREATE TABLE ` + n.Errors + ` (
 	created_at   datetime2(3)   NOT NULL,
 	failed_at    datetime2(3)   NOT NULL DEFAULT SYSUTCDATETIME()
 )`),
-		st(head + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(n.Errors) + `) AND name = ` + literal(errIdx) + `)
+		st(head + `IF INDEXPROPERTY(OBJECT_ID(` + literal(n.Errors) + `), ` + literal(errIdx) + `, 'IndexID') IS NULL
 CREATE INDEX ` + d.QuoteIdent(errIdx) + ` ON ` + n.Errors + ` (queue_table, failed_at)`),
 	}}, {Version: 2, Stmts: []sqlqueue.Stmt{
 		// Queue tables made by version 1 get the expiry index, the lease
@@ -443,7 +443,10 @@ const noEscalation = "SET (LOCK_ESCALATION = DISABLE)"
 // sets LOCK_TIMEOUT (upgradeHead), so that every other schema change
 // waits at most ddlLockTimeout for its lock: a timeout (1222) rolls the
 // table's transaction back, and the engine runs it again, as any
-// transient error.
+// transient error. Each index is found by its name through INDEXPROPERTY,
+// never by comparing sys.indexes.name: Babelfish lists an index there
+// under a name it mangles (name, table and a hash), and its INDEXPROPERTY
+// mangles the name it is given the same way (issue 37 item 10).
 const upgradeQueue = `IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)
@@ -460,10 +463,9 @@ BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' ` + noEscalation + `';
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') AND c.name = N'ordering_key')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' ` + pendingIndex + `'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
@@ -488,10 +490,9 @@ BEGIN
 			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') AND c.name = N'state')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' ` + leasedIndex + `'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
@@ -554,9 +555,9 @@ CREATE TABLE ` + q.Table + ` (
 );
 ALTER TABLE ` + q.Table + ` ` + noEscalation + `;
 END`),
-		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(pending) + `)
+		st(upgradeHead + `IF INDEXPROPERTY(OBJECT_ID(` + literal(q.Table) + `), ` + literal(pending) + `, 'IndexID') IS NULL
 CREATE INDEX ` + d.QuoteIdent(pending) + ` ON ` + q.Table + ` ` + pendingIndex),
-		st(upgradeHead + `IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(` + literal(q.Table) + `) AND name = ` + literal(leased) + `)
+		st(upgradeHead + `IF INDEXPROPERTY(OBJECT_ID(` + literal(q.Table) + `), ` + literal(leased) + `, 'IndexID') IS NULL
 CREATE INDEX ` + d.QuoteIdent(leased) + ` ON ` + q.Table + ` ` + leasedIndex),
 		upgradeOne(q.Name, q.Table),
 	}

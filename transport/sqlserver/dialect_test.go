@@ -228,13 +228,13 @@ func TestQuoting(t *testing.T) {
 		t.Errorf("literal = %q, want %q", got, want)
 	}
 	// A queue whose quoted name holds a quote stays one literal in
-	// OBJECT_ID and sys.indexes look-ups.
+	// OBJECT_ID and INDEXPROPERTY look-ups.
 	q := sqlqueue.Queue{Name: "o'q", Table: d.QuoteIdent("o'q")}
 	sts := d.CreateQueue(q)
 	if !strings.Contains(sts[0].SQL, "OBJECT_ID(N'[o''q]', N'U')") {
 		t.Errorf("table DDL does not escape the literal:\n%s", sts[0].SQL)
 	}
-	if !strings.Contains(sts[1].SQL, "name = N'o''q_pending'") || !strings.Contains(sts[1].SQL, "CREATE INDEX [o'q_pending]") {
+	if !strings.Contains(sts[1].SQL, "INDEXPROPERTY(OBJECT_ID(N'[o''q]'), N'o''q_pending', 'IndexID')") || !strings.Contains(sts[1].SQL, "CREATE INDEX [o'q_pending]") {
 		t.Errorf("index DDL does not escape the name:\n%s", sts[1].SQL)
 	}
 	// Unqualified names (no schema) resolve in the user's default schema and

@@ -84,7 +84,7 @@ CREATE TABLE [app].[berth_errors] (
 )`
 
 const goldenErrorsIndex = `SET NOCOUNT ON;
-IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_errors]') AND name = N'berth_errors_queue')
+IF INDEXPROPERTY(OBJECT_ID(N'[app].[berth_errors]'), N'berth_errors_queue', 'IndexID') IS NULL
 CREATE INDEX [berth_errors_queue] ON [app].[berth_errors] (queue_table, failed_at)`
 
 const goldenUpgradeQueues = `SET NOCOUNT ON;
@@ -116,10 +116,9 @@ BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') AND c.name = N'ordering_key')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
@@ -144,10 +143,9 @@ BEGIN
 			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') AND c.name = N'state')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''
@@ -186,12 +184,12 @@ END`
 
 const goldenPendingIndex = `SET NOCOUNT ON;
 SET LOCK_TIMEOUT 5000;
-IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_pending')
+IF INDEXPROPERTY(OBJECT_ID(N'[app].[berth_q_orders__billing]'), N'berth_q_orders__billing_pending', 'IndexID') IS NULL
 CREATE INDEX [berth_q_orders__billing_pending] ON [app].[berth_q_orders__billing] (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0`
 
 const goldenLeasedIndex = `SET NOCOUNT ON;
 SET LOCK_TIMEOUT 5000;
-IF NOT EXISTS (SELECT 1 FROM sys.indexes WHERE object_id = OBJECT_ID(N'[app].[berth_q_orders__billing]') AND name = N'berth_q_orders__billing_leased')
+IF INDEXPROPERTY(OBJECT_ID(N'[app].[berth_q_orders__billing]'), N'berth_q_orders__billing_leased', 'IndexID') IS NULL
 CREATE INDEX [berth_q_orders__billing_leased] ON [app].[berth_q_orders__billing] (lease_until) INCLUDE (attempts, state) WHERE state > 0`
 
 const goldenUpgradeQueue = `SET NOCOUNT ON;
@@ -213,10 +211,9 @@ BEGIN
 		SET @sql = N'ALTER TABLE ' + @t + N' SET (LOCK_ESCALATION = DISABLE)';
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_pending' AND c.name = N'ordering_key')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') AND c.name = N'ordering_key')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_pending') + N' ON ' + @t + N' (due_at, id) INCLUDE (expires_at, ordering_key) WHERE state = 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_pending', 'IndexID') IS NULL THEN N''
@@ -241,10 +238,9 @@ BEGIN
 			+ COALESCE(N' WITH (' + @online + N')', N'');
 		EXEC sp_executesql @sql;
 	END;
-	IF NOT EXISTS (SELECT 1 FROM sys.indexes AS i
-		INNER JOIN sys.index_columns AS ic ON ic.object_id = i.object_id AND ic.index_id = i.index_id
+	IF NOT EXISTS (SELECT 1 FROM sys.index_columns AS ic
 		INNER JOIN sys.columns AS c ON c.object_id = ic.object_id AND c.column_id = ic.column_id
-		WHERE i.object_id = OBJECT_ID(@t) AND i.name = @name + N'_leased' AND c.name = N'state')
+		WHERE ic.object_id = OBJECT_ID(@t) AND ic.index_id = INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') AND c.name = N'state')
 	BEGIN
 		SET @sql = N'CREATE INDEX ' + QUOTENAME(@name + N'_leased') + N' ON ' + @t + N' (lease_until) INCLUDE (attempts, state) WHERE state > 0'
 			+ CASE WHEN INDEXPROPERTY(OBJECT_ID(@t), @name + N'_leased', 'IndexID') IS NULL THEN N''

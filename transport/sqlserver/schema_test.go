@@ -1,6 +1,7 @@
 package sqlserver
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +189,33 @@ func TestUpgradeBuildsAtLowPriority(t *testing.T) {
 	}
 	if p := checkGrammar(sql); len(p) > 0 {
 		t.Error(p)
+	}
+}
+
+// Every index guard finds its index by name through INDEXPROPERTY, never
+// by comparing sys.indexes.name: Babelfish lists an index there under a
+// mangled name (name, table, hash), so a by-name guard never matches and
+// a second run of the DDL fails with 2714 (docs/transports/sqlserver.md),
+// while its INDEXPROPERTY mangles the name it is given the same way
+// (issue 37 item 10).
+func TestIndexGuardsFindIndexesByProperty(t *testing.T) {
+	d := Dialect{}
+	var sts []sqlqueue.Stmt
+	for _, m := range d.Migrations(testNames) {
+		sts = append(sts, m.Stmts...)
+	}
+	sts = append(sts, d.CreateQueue(testQueue)...)
+	byName := regexp.MustCompile(`(?s)sys\.indexes[^;]*?\bname\s*=`)
+	guards := 0
+	for _, st := range sts {
+		if loc := byName.FindStringIndex(st.SQL); loc != nil {
+			t.Errorf("a guard compares sys.indexes.name: %q in\n%s", st.SQL[loc[0]:loc[1]], st.SQL)
+		}
+		guards += strings.Count(st.SQL, "'IndexID')")
+	}
+	// The errors index, the pending and lease indexes of CreateQueue, and
+	// upgradeQueue's six (in migration 2 and in CreateQueue): none was lost.
+	if guards < 9 {
+		t.Errorf("%d INDEXPROPERTY guards, want at least 9", guards)
 	}
 }
