@@ -19,7 +19,10 @@ type Counters struct {
 }
 
 // Stats is a snapshot of Counters. Round-trip fields count statements sent
-// to the database (a transaction's BEGIN and COMMIT count under Tx).
+// to the database (a transaction's BEGIN and COMMIT count under Tx). On
+// PostgreSQL pools that pipeline a BEGIN with the first statement and a
+// handler's COMMIT with its settlement (postgres.Connector), those share
+// a round trip, so there Tx counts statements, more than round trips.
 type Stats struct {
 	Claims      int64 // claim statements
 	EmptyClaims int64 // claim statements that returned no row
