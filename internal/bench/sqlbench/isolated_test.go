@@ -20,6 +20,9 @@ import (
 //
 //	BERTH_BENCH_RUN=drain BERTH_BENCH_STRATEGY=limit BERTH_BENCH_INSTANCES=1 \
 //	go test -run TestIsolatedRun -v ./internal/bench/sqlbench/
+//
+// BERTH_BENCH_POOL sets each instance's connections, BERTH_BENCH_BACKLOG a
+// drain's messages.
 func TestIsolatedRun(t *testing.T) {
 	scenario := os.Getenv("BERTH_BENCH_RUN")
 	if scenario == "" {
@@ -53,6 +56,8 @@ func TestIsolatedRun(t *testing.T) {
 		Strategy:    env("BERTH_BENCH_STRATEGY", StrategyBerth),
 		Instances:   int(num("BERTH_BENCH_INSTANCES", "4")),
 		Concurrency: int(num("BERTH_BENCH_CONCURRENCY", strconv.Itoa(SteadyConcurrency))),
+		// Connections per instance (DefaultInstancePool when unset).
+		InstancePool: int(num("BERTH_BENCH_POOL", "0")),
 	}
 	switch scenario {
 	case "steady":
