@@ -357,12 +357,11 @@ type PublisherConfig struct {
 	// transaction), is the window within which the publisher sends at most
 	// one per queue: an insert less than NotifyWindow after the queue's
 	// last notification leaves its own out. The next insert after the
-	// window carries one that covers them; when none comes within half a
-	// window more, one trailing notification goes out on its own, after
-	// every such insert committed. A steady flow then costs one
-	// notification per window, and subscribers in other processes see a
-	// message up to 1.5 × NotifyWindow later than its own notification
-	// would have told them (subscribers sharing the publisher's pool are
+	// window carries one that covers them; when none comes within another
+	// window, one trailing notification goes out on its own, after every
+	// such insert committed. A steady flow then costs one notification per
+	// window, and subscribers in other processes see a message up to
+	// 2 × NotifyWindow later than its own notification would have told them (subscribers sharing the publisher's pool are
 	// woken at once, in-process). Negative sends one with every insert.
 	// Inserts of WithTx always carry theirs. Defaults to
 	// DefaultNotifyWindow (25ms: the subscribers' default WakeDebounce, so a steady
