@@ -108,3 +108,45 @@ func TestNotifyGateTrailing(t *testing.T) {
 		time.Sleep(time.Millisecond) // polling a condition, not synchronising
 	}
 }
+
+// A skipped insert's trailing notification waits two windows after the
+// last notification, so that the next insert after the window, coming
+// within them, carries the notification and covers it: a flow of one
+// insert every half window to one window (40–80 a second at 25 ms) then
+// sends no notification on its own. Due one and a half windows after,
+// it went out just before that insert (here at 1.6 windows).
+func TestNotifyGateNextInsertCoversTrailing(t *testing.T) {
+	const w = 400 * time.Millisecond
+	var r recorder
+	g := newNotifyGate(w, watermill.NopLogger{}, r.send)
+	q := Queue{Name: "q"}
+	start := time.Now()
+	notify, first := g.begin(q)
+	if !notify {
+		t.Fatal("the first insert of a queue must notify")
+	}
+	g.end(first, true)
+	notify, skipped := g.begin(q)
+	if notify {
+		t.Skip("the machine took a whole window between two calls")
+	}
+	g.end(skipped, true)
+	for time.Since(start) < w*16/10 {
+		time.Sleep(time.Millisecond) // polling the clock: the flow's next insert is due
+	}
+	notify, next := g.begin(q)
+	if time.Since(start) >= w*19/10 {
+		t.Skip("the machine stalled past the trailing notification's due time")
+	}
+	if !notify {
+		t.Fatal("the insert after the window did not carry the notification")
+	}
+	if n := r.count(); n != 0 || next.covered != skipped.joined {
+		t.Fatalf("%d trailing notifications sent before the next insert; it covered %p, want %p", n, next.covered, skipped.joined)
+	}
+	g.end(next, true)
+	g.close()
+	if n := r.count(); n != 0 {
+		t.Fatalf("%d trailing notifications sent, want none", n)
+	}
+}
