@@ -209,37 +209,35 @@ func (c *inlineConn) execBatch(ctx context.Context, query string, args []sqldriv
 		b.Queue("commit")
 	}
 	br := pc.SendBatch(ctx, &b)
+	var tag, ctag pgconn.CommandTag
 	var err error
 	if begin {
 		_, err = br.Exec()
 	}
-	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = br.Exec()
 	}
-	if err != nil || !commit {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			if begin {
-				c.abort(ctx)
-			}
-			return nil, err
-		}
-		return sqldriver.RowsAffected(tag.RowsAffected()), nil
+	ran := err == nil // the statement ran: a failure after it is the COMMIT's
+	if ran && commit {
+		ctag, err = br.Exec()
 	}
-	ctag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	switch {
+	case err != nil && (!ran || !commit):
+		if begin {
+			c.abort(ctx)
+		}
+		return nil, err
 	case err != nil:
 		return nil, fmt.Errorf("commit: %w", err)
-	case ctag.String() == "ROLLBACK": // the transaction had failed before
+	case commit && ctag.String() == "ROLLBACK": // the transaction had failed before
 		return nil, fmt.Errorf("commit: %w", pgx.ErrTxCommitRollback)
 	}
-	c.committed = true
+	if commit {
+		c.committed = true
+	}
 	return sqldriver.RowsAffected(tag.RowsAffected()), nil
 }
 

@@ -361,8 +361,9 @@ type PublisherConfig struct {
 	// window, one trailing notification goes out on its own, after every
 	// such insert committed. A steady flow then costs one notification per
 	// window, and subscribers in other processes see a message up to
-	// 2 × NotifyWindow later than its own notification would have told them (subscribers sharing the publisher's pool are
-	// woken at once, in-process). Negative sends one with every insert.
+	// 2 × NotifyWindow later than its own notification would have told
+	// them (subscribers sharing the publisher's pool are woken at once,
+	// in-process). Negative sends one with every insert.
 	// Inserts of WithTx always carry theirs. Defaults to
 	// DefaultNotifyWindow (25ms: the subscribers' default WakeDebounce, so a steady
 	// flow's notifications each wake a subscriber at once). URL: notify_window.

@@ -62,15 +62,13 @@ type notifyGate struct {
 
 // notifyGrace is how long after its window a trailing notification waits
 // for an insert that carries one to cover it, as a fraction of the window:
-// a whole window. Then a steady flow of one insert per one to two windows
-// (40 to 80 a second per queue at 25 ms) has every other insert carry the
-// notification, covering the trailing one. With half a window the trailing
-// notification went out on its own just before the next insert could have
-// covered it: at 50 msg/s (4 instances, 10 ms handlers) 0.57 notifications
-// a message, nearly all trailing, each a transaction of its own, and a
-// message announced 31 ms after its insert at p50 (53 at p99) instead of
-// 22 (38) now. The cost: a burst's last message is announced up to two
-// windows late, not one and a half.
+// a whole window. Then a steady flow of one insert per half a window to a
+// window (40 to 80 a second per queue at 25 ms) has every other insert
+// carry the notification, covering the trailing one; with half a window,
+// the trailing one went out on its own just before that insert, a
+// transaction each (the measurements: docs/transports/postgres.md, "One
+// NOTIFY per window"). The cost: a burst's last message is announced up
+// to two windows late.
 const notifyGrace = 1 // window / notifyGrace
 
 type gateQueue struct {
