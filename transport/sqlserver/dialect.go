@@ -443,10 +443,12 @@ const noEscalation = "SET (LOCK_ESCALATION = DISABLE)"
 // sets LOCK_TIMEOUT (upgradeHead), so that every other schema change
 // waits at most ddlLockTimeout for its lock: a timeout (1222) rolls the
 // table's transaction back, and the engine runs it again, as any
-// transient error. Each index is found by its name through INDEXPROPERTY,
-// never by comparing sys.indexes.name: Babelfish lists an index there
-// under a name it mangles (name, table and a hash), and its INDEXPROPERTY
-// mangles the name it is given the same way (issue 37 item 10).
+// transient error. Each index is found by its name through INDEXPROPERTY
+// (NULL when there is none). On Babelfish 4.3 that does not make the DDL
+// idempotent: its INDEXPROPERTY compares the name with sys.indexes.name,
+// which holds the name it mangled (index name, table name and an MD5 hash,
+// checked on the endpoint on 2026-12-07), so a second run still fails with
+// 2714 there (docs/transports/sqlserver.md).
 const upgradeQueue = `IF OBJECT_ID(@t, N'U') IS NOT NULL
 BEGIN
 	SET @online = CASE WHEN CAST(SERVERPROPERTY('EngineEdition') AS int) IN (5, 8)

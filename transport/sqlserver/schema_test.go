@@ -192,12 +192,11 @@ func TestUpgradeBuildsAtLowPriority(t *testing.T) {
 	}
 }
 
-// Every index guard finds its index by name through INDEXPROPERTY, never
-// by comparing sys.indexes.name: Babelfish lists an index there under a
-// mangled name (name, table, hash), so a by-name guard never matches and
-// a second run of the DDL fails with 2714 (docs/transports/sqlserver.md),
-// while its INDEXPROPERTY mangles the name it is given the same way
-// (issue 37 item 10).
+// Every index guard finds its index by name through INDEXPROPERTY, one
+// form for every guard, never by comparing sys.indexes.name. (It was meant
+// to make the DDL idempotent on Babelfish, which lists an index there
+// under a mangled name; it does not: Babelfish 4.3's INDEXPROPERTY compares
+// that mangled name too, see docs/transports/sqlserver.md.)
 func TestIndexGuardsFindIndexesByProperty(t *testing.T) {
 	d := Dialect{}
 	var sts []sqlqueue.Stmt
