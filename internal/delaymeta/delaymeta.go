@@ -17,7 +17,14 @@
 //  4. Otherwise until is honoured: a message published again later (from
 //     an outbox, by a forwarder) is due when it was first meant to be, and
 //     one whose until is later than now+for is never due early.
-//  5. A due time in the past is no delay; a negative Watermill for is no
+//  5. A message published again carrying [Marker] with the same until and
+//     for is due at the time stored there: a transport stores it with the
+//     message (see [Mark]) when it reads both keys, so a requeuer or
+//     forwarder that publishes the message again right after a delay
+//     under Window passed does not meet rule 3 a second time and wait
+//     the delay out twice. A marker for another pair (middleware.DelayOnError
+//     sets a new one on each failure) or a malformed one is ignored.
+//  6. A due time in the past is no delay; a negative Watermill for is no
 //     delay (delay.Until with a past time), a negative Delay key is an
 //     error.
 package delaymeta
@@ -25,6 +32,7 @@ package delaymeta
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
@@ -39,6 +47,12 @@ const (
 	// WatermillFor is the delay, a Go duration ("1.5s").
 	WatermillFor = delay.DelayedForKey
 )
+
+// Marker is the metadata key under which a transport stores, with a
+// message published with both of Watermill's keys, the due time it read
+// from them and the pair it read it from (rule 5), as
+// "<due, RFC 3339 with nanoseconds>|<until>|<for>".
+const Marker = "berth_watermill_due"
 
 // Window is how far past WatermillUntil now+WatermillFor may lie and still
 // be taken as the same due time (rule 3): until's truncation (under 1s)
@@ -77,6 +91,29 @@ func Delay(md map[string]string, now time.Time, k Keys) (d time.Duration, set bo
 	return 0, false, nil
 }
 
+// Mark returns the value of [Marker] for a message with metadata md
+// published at now and due d after it (what Delay returned, after any
+// rounding the transport applies), or "" when none is needed: Watermill's
+// until and for are not both set, or a transport's own key decided.
+func Mark(md map[string]string, now time.Time, d time.Duration, k Keys) string {
+	until, forD := md[WatermillUntil], md[WatermillFor]
+	if until == "" || forD == "" || get(md, k.Delay) != "" || get(md, k.DeliverAt) != "" {
+		return ""
+	}
+	return now.Add(max(d, 0)).UTC().Format(time.RFC3339Nano) + "|" + until + "|" + forD
+}
+
+// marked returns the due time md's Marker stores for its until and for
+// (rule 5), and whether it holds one.
+func marked(md map[string]string) (time.Time, bool) {
+	due, pair, ok := strings.Cut(md[Marker], "|")
+	if !ok || pair != md[WatermillUntil]+"|"+md[WatermillFor] {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, due)
+	return t, err == nil
+}
+
 // own reads the transport's keys: Delay wins over DeliverAt.
 func (k Keys) own(md map[string]string, now time.Time) (time.Duration, bool, error) {
 	var (
@@ -113,7 +150,7 @@ func (k Keys) own(md map[string]string, now time.Time) (time.Duration, bool, err
 	return at, atS, nil
 }
 
-// watermill reads Watermill's keys (rules 3 and 4).
+// watermill reads Watermill's keys (rules 3 to 5).
 func watermill(md map[string]string, now time.Time) (time.Duration, bool, error) {
 	var (
 		until      time.Time
@@ -136,6 +173,9 @@ func watermill(md map[string]string, now time.Time) (time.Duration, bool, error)
 	}
 	switch {
 	case uSet && fSet:
+		if at, ok := marked(md); ok {
+			return at.Sub(now), true, nil
+		}
 		if at := now.Add(forD); !at.Before(until) && at.Sub(until) < Window {
 			return forD, true, nil
 		}

@@ -90,3 +90,80 @@ func TestDelayMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayPublishedAgain follows a message with a Watermill delay under
+// Window through two publishes, as a requeuer makes them: the first
+// stores Mark's marker with the message, and the second, right after the
+// delay passed, finds the message due (rule 5). Without the marker the
+// second publish reads the pair as just set and delays it again.
+func TestDelayPublishedAgain(t *testing.T) {
+	first := time.Date(2025, 3, 1, 12, 0, 0, 300_000_000, time.UTC)
+	pair := func(d time.Duration) message.Metadata {
+		// What delay.Message(m, delay.For(d)) writes at first.
+		return message.Metadata{delaymeta.WatermillUntil: first.Add(d).Format(time.RFC3339), delaymeta.WatermillFor: d.String()}
+	}
+	for _, d := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second} {
+		m := message.NewMessage("1", nil)
+		m.Metadata = pair(d)
+		got, _, err := delaymeta.Delay(m.Metadata, first, sqlKeys)
+		if err != nil || got != d {
+			t.Fatalf("delay.For(%s), first publish: Delay = %s, %v", d, got, err)
+		}
+		again := first.Add(d + 10*time.Millisecond)
+		if unmarked, _, _ := delaymeta.Delay(m.Metadata, again, sqlKeys); unmarked != d {
+			t.Fatalf("delay.For(%s) published again without the marker: Delay = %s, want %s (rule 3)", d, unmarked, d)
+		}
+		mark := delaymeta.Mark(m.Metadata, first, got, sqlKeys)
+		if mark == "" {
+			t.Fatalf("delay.For(%s): no marker", d)
+		}
+		m.Metadata.Set(delaymeta.Marker, mark)
+		if got, _, _ := delaymeta.Delay(m.Metadata, again, sqlKeys); got != 0 {
+			t.Errorf("delay.For(%s) published again %s after the first publish: Delay = %s, want 0", d, again.Sub(first), got)
+		}
+		early := first.Add(d / 2)
+		if got, _, _ := delaymeta.Delay(m.Metadata, early, sqlKeys); got != d-d/2 {
+			t.Errorf("delay.For(%s) published again halfway: Delay = %s, want %s", d, got, d-d/2)
+		}
+		// middleware.DelayOnError sets a new pair on the next failure:
+		// the marker of the old one no longer applies.
+		for k, v := range pair(2 * d) {
+			m.Metadata.Set(k, v)
+		}
+		if got, _, _ := delaymeta.Delay(m.Metadata, again, sqlKeys); got != 2*d {
+			t.Errorf("delay.For(%s) after a marker of delay.For(%s): Delay = %s, want %s", 2*d, d, got, 2*d)
+		}
+	}
+}
+
+func TestMark(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 700_000_000, time.UTC)
+	until, forD := now.Add(time.Second).Format(time.RFC3339), "500ms"
+	for _, tc := range []struct {
+		name string
+		md   map[string]string
+		want string
+	}{
+		{"both keys", map[string]string{delaymeta.WatermillUntil: until, delaymeta.WatermillFor: forD}, "2025-03-01T12:00:01.2Z|" + until + "|500ms"},
+		{"for alone", map[string]string{delaymeta.WatermillFor: forD}, ""},
+		{"until alone", map[string]string{delaymeta.WatermillUntil: until}, ""},
+		{"own key decides", map[string]string{"berth_delay": "1s", delaymeta.WatermillUntil: until, delaymeta.WatermillFor: forD}, ""},
+		{"none", map[string]string{}, ""},
+	} {
+		if got := delaymeta.Mark(tc.md, now, 500*time.Millisecond, sqlKeys); got != tc.want {
+			t.Errorf("%s: Mark = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// A marker of another pair, or a malformed one, is not read.
+	md := map[string]string{delaymeta.WatermillUntil: until, delaymeta.WatermillFor: forD}
+	for _, v := range []string{
+		"2025-03-01T12:00:01.2Z|" + until + "|1s",
+		"2025-03-01T12:00:01.2Z",
+		"soon|" + until + "|500ms",
+	} {
+		md[delaymeta.Marker] = v
+		if got, _, err := delaymeta.Delay(md, now, sqlKeys); err != nil || got != 500*time.Millisecond {
+			t.Errorf("marker %q: Delay = %s, %v; want 500ms (rule 3)", v, got, err)
+		}
+	}
+}

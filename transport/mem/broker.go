@@ -208,9 +208,11 @@ func (b *Broker) Publish(topic string, msgs ...*message.Message) { b.publish(top
 func (b *Broker) publish(topic string, msgs []*message.Message) int {
 	now := time.Now()
 	due := make([]time.Time, len(msgs))
+	marks := make([]string, len(msgs))
 	for i, m := range msgs {
 		d, _, _ := delaymeta.Delay(m.Metadata, now, delayKeys)
 		due[i] = now.Add(d)
+		marks[i] = delaymeta.Mark(m.Metadata, now, d, delayKeys)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -228,6 +230,12 @@ func (b *Broker) publish(topic string, msgs []*message.Message) int {
 				metadata: maps.Clone(map[string]string(m.Metadata)),
 				due:      due[i],
 				key:      m.Metadata.Get(transport.MetadataOrderingKey),
+			}
+			if marks[i] != "" {
+				if e.metadata == nil {
+					e.metadata = map[string]string{}
+				}
+				e.metadata[delaymeta.Marker] = marks[i]
 			}
 			if e.key != "" {
 				q.keys[e.key] = append(q.keys[e.key], e.seq)

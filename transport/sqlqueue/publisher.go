@@ -433,7 +433,9 @@ func (p *Publisher) subscribed(ctx context.Context, q querier, topic string) ([]
 // them and Watermill's (components/delay).
 var delayKeys = delaymeta.Keys{Delay: MetadataDelay, DeliverAt: MetadataDeliverAt}
 
-// rows encodes msgs, checking size and reading delays.
+// rows encodes msgs, checking size and reading delays. A message with
+// Watermill's two delay keys is stored with delaymeta.Marker, so that
+// published again (by a requeuer) it is not delayed twice.
 func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 	rows := make([]InsertRow, 0, len(msgs))
 	now := time.Now()
@@ -445,11 +447,14 @@ func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 		if !set {
 			delay = p.cfg.Delay
 		}
-		md := make(map[string]string, len(m.Metadata))
+		md := make(map[string]string, len(m.Metadata)+1)
 		for k, v := range m.Metadata {
 			if k != MetadataDelay && k != MetadataDeliverAt {
 				md[k] = v
 			}
+		}
+		if mark := delaymeta.Mark(m.Metadata, now, delay, delayKeys); mark != "" {
+			md[delaymeta.Marker] = mark
 		}
 		headers, err := json.Marshal(md)
 		if err != nil {

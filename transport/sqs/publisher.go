@@ -170,18 +170,12 @@ func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fi
 	if err := m.Context().Err(); err != nil {
 		return nil, fail(err)
 	}
-	e, err := marshal(p.cfg.Codec, m)
+	now := time.Now()
+	d, _, err := delaymeta.Delay(m.Metadata, now, delayKeys)
 	if err != nil {
 		return nil, fail(err)
 	}
-	if e.size > maxSize {
-		return nil, fail(fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
-	}
-	o := &outgoing{msg: m, e: e}
-	d, _, err := delaymeta.Delay(m.Metadata, time.Now(), delayKeys)
-	if err != nil {
-		return nil, fail(err)
-	}
+	o := &outgoing{msg: m}
 	if d > 0 {
 		switch {
 		case !delayOK:
@@ -194,6 +188,21 @@ func (p *Publisher) prepareOne(topic string, m *message.Message, maxSize int, fi
 		// Whole seconds, rounded up: never delivered early.
 		o.delay = seconds(d, maxDelay)
 	}
+	encode := m
+	if mark := delaymeta.Mark(m.Metadata, now, time.Duration(o.delay)*time.Second, delayKeys); mark != "" {
+		// Sent with the marker, so that published again (by a requeuer)
+		// the message is not delayed twice; m itself is left as it was.
+		encode = m.Copy()
+		encode.Metadata.Set(delaymeta.Marker, mark)
+	}
+	e, err := marshal(p.cfg.Codec, encode)
+	if err != nil {
+		return nil, fail(err)
+	}
+	if e.size > maxSize {
+		return nil, fail(fmt.Errorf("%d bytes (body and attributes) exceed the limit of %d bytes: %w", e.size, maxSize, transport.ErrMessageTooLarge))
+	}
+	o.e = e
 	if fifo {
 		o.group = m.Metadata.Get(MetadataGroupID)
 		if o.group == "" {

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,10 @@ type Delays struct {
 // with delay.Message(delay.For(2s)), or published through delay.NewPublisher
 // with delay.WithContext, is not received before 1.9s; a 1500ms delay is
 // received in [1.5s, 2.4s) (SubSecond); a malformed delay metadata value
-// fails Publish with transport.ErrInvalidMessage naming the key. It uses
-// c.NewPubSubWith.
+// fails Publish with transport.ErrInvalidMessage naming the key; a message
+// received after a 500ms delay and published again at once with its
+// metadata (as components/requeuer does) is not delayed a second time. It
+// uses c.NewPubSubWith.
 func RunDelays(t *testing.T, c Config, d Delays) {
 	if c.NewPubSubWith == nil {
 		t.Fatal("transporttest: Config.NewPubSubWith is required")
@@ -61,6 +64,10 @@ func RunDelays(t *testing.T, c Config, d Delays) {
 			delay.Message(m, delay.For(1500*time.Millisecond))
 			return pub.Publish(tp, m)
 		})
+	})
+	t.Run("PublishedAgain", func(t *testing.T) {
+		t.Parallel()
+		testPublishedAgain(t, c)
 	})
 	t.Run("Malformed", func(t *testing.T) {
 		t.Parallel()
@@ -111,5 +118,46 @@ func testDelay(t *testing.T, c Config, want, lower, upper time.Duration, publish
 	}
 	if e := at.Sub(called); upper > 0 && e >= upper {
 		t.Errorf("delay %s: received %s after Publish was called, want < %s", want, e, upper)
+	}
+}
+
+// testPublishedAgain publishes a message with delay.For(500ms), receives
+// it, and publishes it again at once to another topic with the metadata it
+// came with, as a requeuer does: the second publish must not delay it
+// again. Watermill's until has whole seconds, so a due time read from
+// until and for alone would take the second publish's now+for as the
+// delay just set (internal/delaymeta, rule 3) and wait 500ms more.
+func testPublishedAgain(t *testing.T, c Config) {
+	const d = 500 * time.Millisecond
+	pub, sub := c.NewPubSubWith(t, fastRetry(receiver.Config{}))
+	defer closeAll(t, pub, sub)
+	first, second := topic(t), topic(t)
+	ch1, cancel1 := subscribe(t, sub, first)
+	defer cancel1()
+	ch2, cancel2 := subscribe(t, sub, second)
+	defer cancel2()
+	m := message.NewMessage(watermill.NewUUID(), []byte("requeued"))
+	delay.Message(m, delay.For(d))
+	called := time.Now()
+	if err := pub.Publish(first, m); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	got := receive(t, ch1)
+	if e := time.Since(called); e < d {
+		t.Errorf("first publish: received %s after Publish was called, want ≥ %s", e, d)
+	}
+	got.Ack()
+	again := message.NewMessage(watermill.NewUUID(), got.Payload)
+	maps.Copy(again.Metadata, got.Metadata)
+	called = time.Now()
+	if err := pub.Publish(second, again); err != nil {
+		t.Fatalf("publish again: %v", err)
+	}
+	back := receive(t, ch2)
+	e := time.Since(called)
+	back.Ack()
+	t.Logf("published again: received %s after Publish was called", e)
+	if e >= d {
+		t.Errorf("published again right after its delay of %s passed: received %s after Publish, want < %s (delayed twice)", d, e, d)
 	}
 }

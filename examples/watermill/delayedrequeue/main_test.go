@@ -20,11 +20,12 @@ import (
 // for a loaded machine), with the requeuer's count on it; the other orders
 // are handled once each, on PostgreSQL and SQLite.
 //
-// The delays are 2 s and up: the requeuer publishes the message back with
-// the delay metadata DelayOnError set, and a Watermill delay under 1.5 s
-// published again after it passed can be honoured a second time (the
-// metadata's due time has whole seconds only; see docs/coming-from-watermill.md).
-// BERTH_EXAMPLE_REQUEUE_INITIAL sets the first delay to try another.
+// The requeuer publishes the message back with the delay metadata
+// DelayOnError set; Berth stored the due time it read from it
+// (berth_watermill_due), so the message is not delayed again.
+// BERTH_EXAMPLE_REQUEUE_INITIAL sets the first delay to try another
+// (500ms: runs 520–530 ms, then 1.03 s apart, on 2026-12-07; 1.96 s, then
+// 1 s, when the second publish read the pair as just set).
 func TestFailedOrderRequeuedWithGrowingDelay(t *testing.T) {
 	initial := 2 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("BERTH_EXAMPLE_REQUEUE_INITIAL")); err == nil {
