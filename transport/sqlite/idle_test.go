@@ -258,3 +258,30 @@ func TestIdleLocalPublishWakes(t *testing.T) {
 		t.Errorf("latency of an in-process publish after idle: %s of fake time, want ≤ 100ms", got)
 	}
 }
+
+// A delayed row published in-process to a parked source is claimed when
+// it falls due: its wake-up finds it not due and the source parks again,
+// and the pool's prober, told when the row falls due, probes then. Before,
+// it was claimed at the probe the wake-up scheduled, one empty delay
+// later (here 100ms; 1s by default).
+func TestIdleLocalDelayedOnTime(t *testing.T) {
+	r := newIdleRig(t)
+	for range 40 {
+		r.step(t, 50*time.Millisecond)
+	}
+	local, err := sqlqueue.NewPublisher(sqlite.Dialect{Now: r.clk.Now}, sqlqueue.PublisherConfig{DB: r.subDB}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	const delay = 30 * time.Millisecond
+	m := message.NewMessage("soon", nil)
+	m.Metadata.Set(sqlqueue.MetadataDelay, delay.String())
+	if err := local.Publish("idle", m); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.receive(t, 3*rigProbeMax); got < delay || got > delay+30*time.Millisecond {
+		t.Errorf("delayed in-process publish after idle: received after %s of fake time, want %s to %s (not at the probe one empty delay, %s, after the wake-up)",
+			got, delay, delay+30*time.Millisecond, rigEmptyDelay)
+	}
+}

@@ -122,6 +122,7 @@ type prober struct {
 	lastOK atomic.Int64  // when a probe or a ping of the pool last succeeded, Unix ns
 	active atomic.Bool   // activity since the last probe: start the interval over
 	urgent atomic.Bool   // probe at once (wake-ups may have been lost)
+	soon   atomic.Int64  // probe by then (Unix ns of the clock; 0: none): dueSoon
 	kick   chan struct{} // cap 1: recompute the wait now
 	stop   chan struct{}
 	done   chan struct{}
@@ -229,6 +230,32 @@ func probeSoon(db *sql.DB) bool {
 	return true
 }
 
+// dueSoon tells db's prober, if any, that rows inserted by this process
+// fall due in d (> 0): it probes then, when that is sooner than its next
+// probe. The insert's wake-up finds them not due yet and the source parks,
+// and the probe interval starting over at that wake-up is the empty delay
+// (1s by default), so without it a row due sooner was claimed at that
+// probe: 500ms late for a 500ms delay on an idle queue.
+func dueSoon(db *sql.DB, d time.Duration) {
+	probersMu.Lock()
+	p := probers[db]
+	probersMu.Unlock()
+	if p == nil || d <= 0 {
+		return
+	}
+	at := p.clock.Now().Add(d + dueSlack).UnixNano()
+	for {
+		cur := p.soon.Load()
+		if cur != 0 && cur <= at || p.soon.CompareAndSwap(cur, at) {
+			break
+		}
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
 // parked tells the prober a source of it has parked (it probes only queues
 // with a parked source; it may have been waiting for none).
 func (p *prober) parked() {
@@ -282,6 +309,7 @@ func (p *prober) run() {
 			if p.urgent.Swap(false) {
 				break // probe now
 			}
+			rearmed := false
 			if p.active.Swap(false) { // activity: the interval starts over
 				p.mu.Lock()
 				p.sched.reset()
@@ -290,10 +318,20 @@ func (p *prober) run() {
 				if timer == nil || p.clock.Now().Add(base).Before(deadline) {
 					arm(base)
 				}
-				continue
+				rearmed = true
 			}
-			if timer != nil {
-				continue // a source parked: the pending probe covers it
+			if at := p.soon.Swap(0); at != 0 { // rows of ours fall due then
+				rearmed = true
+				now := p.clock.Now()
+				if wait := time.Unix(0, at).Sub(now); timer == nil || wait < deadline.Sub(now) {
+					if wait <= 0 {
+						break // probe now
+					}
+					arm(wait)
+				}
+			}
+			if rearmed || timer != nil {
+				continue // or a source parked: the pending probe covers it
 			}
 		case <-timer:
 		}

@@ -218,7 +218,19 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, q := range quiet {
 		localWake.notify(wakeKey{p.e.db, q.Name})
 	}
+	dueSoon(p.e.db, soonest(rows))
 	return nil
+}
+
+// soonest is the shortest delay of rows with one (0: none).
+func soonest(rows []InsertRow) time.Duration {
+	var d time.Duration
+	for _, r := range rows {
+		if r.Delay > 0 && (d == 0 || r.Delay < d) {
+			d = r.Delay
+		}
+	}
+	return d
 }
 
 // reprovision makes every queue of queues again (engine.reprovision) and
