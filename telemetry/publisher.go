@@ -54,6 +54,15 @@ func (p txPublisher) WithTx(tx *sql.Tx) message.Publisher {
 	return &c
 }
 
+// DB implements transport.DBPublisher when the decorated publisher does
+// (nil otherwise): transport.DBOf finds the pool through the decorator.
+func (p txPublisher) DB() *sql.DB {
+	if dp, ok := p.next.(transport.DBPublisher); ok {
+		return dp.DB()
+	}
+	return nil
+}
+
 // Publisher returns pub instrumented with OpenTelemetry. Each Publish call
 // gets a producer "send" span whose parent is the first message's
 // Context(); the W3C trace context (traceparent and, when not empty,
@@ -77,10 +86,12 @@ func (p txPublisher) WithTx(tx *sql.Tx) message.Publisher {
 // When pub implements transport.TxPublisher (the SQL transports'
 // publishers), so does the returned publisher: transport.PublishInTx finds
 // the capability through it, and what it publishes inside a transaction
-// is instrumented too.
+// is instrumented too; it implements transport.DBPublisher as well, so
+// transport.DBOf finds the pool through it.
 //
 // The metadata of the caller's messages is modified. The decorator exposes
-// only message.Publisher, SystemNamer and transport.TxPublisher: keep a
+// only message.Publisher, SystemNamer, transport.TxPublisher and
+// transport.DBPublisher: keep a
 // reference to pub for other transport-specific methods.
 func Publisher(pub message.Publisher, cfg Config) message.Publisher {
 	cfg = cfg.withDefaults()

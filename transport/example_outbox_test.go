@@ -10,12 +10,12 @@ import (
 
 	"github.com/berth-go/berth/telemetry"
 	"github.com/berth-go/berth/transport"
-	"github.com/berth-go/berth/transport/sqlite"
+	_ "github.com/berth-go/berth/transport/sqlite"
 )
 
 // The transactional outbox: the business write and the message commit
-// together, or neither happens. PublishInTx finds the capability through
-// decorators such as telemetry.Publisher.
+// together, or neither happens. DBOf and PublishInTx find the
+// capability through decorators such as telemetry.Publisher.
 func ExamplePublishInTx() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "outbox")
@@ -29,14 +29,13 @@ func ExamplePublishInTx() {
 	}
 	pub := telemetry.Publisher(raw, telemetry.Config{})
 	defer pub.Close()
-	// The application's own database handle: on SQLite, the process's
-	// shared connection (sqlite.Open); on PostgreSQL or SQL Server, any
-	// pool on the same database.
-	db, closer, err := sqlite.Open(path)
+	// The database the publisher writes to (on SQLite, the process's
+	// shared connection of the file), for the application's own
+	// transactions; it belongs to the publisher.
+	db, err := transport.DBOf(pub)
 	if err != nil {
-		panic(err)
+		panic(err) // transport.ErrTxUnsupported on mem:// and sqs://
 	}
-	defer closer.Close()
 	if _, err := db.Exec("CREATE TABLE orders (id TEXT PRIMARY KEY)"); err != nil {
 		panic(err)
 	}

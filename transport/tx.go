@@ -55,6 +55,30 @@ func PublishInTx(pub message.Publisher, tx *sql.Tx) (message.Publisher, error) {
 	return tp.WithTx(tx), nil
 }
 
+// A DBPublisher is a publisher that writes to a SQL database: DB returns
+// the pool it writes with. The SQL transports' publishers implement it,
+// and so does telemetry.Publisher's decorator of one.
+type DBPublisher interface {
+	DB() *sql.DB
+}
+
+// DBOf returns the pool pub writes to, from pub as OpenPublisher (or a SQL
+// transport's NewPublisher) returned it, decorated or not: the handle to
+// begin the transactions given to PublishInTx on, with no second pool and
+// no DSN to derive from a Berth URL. On SQLite it is the process's one
+// shared connection of that file, which a transaction must use (another
+// pool on the file would wait for the publisher's lock). The pool belongs
+// to pub: use it while pub is open, and do not close it. A publisher with
+// no SQL database (mem, SQS) is an error wrapping ErrTxUnsupported.
+func DBOf(pub message.Publisher) (*sql.DB, error) {
+	if dp, ok := pub.(DBPublisher); ok {
+		if db := dp.DB(); db != nil {
+			return db, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %T has no SQL database (only the SQL transports' publishers do)", ErrTxUnsupported, pub)
+}
+
 // A TxSettler is a Source that can settle a delivery inside a SQL
 // transaction its handler wrote in: the handler's transaction
 // (TxFromContext). The SQL transports' sources implement it. The pipeline

@@ -246,11 +246,7 @@ func TestIdleLocalPublishWakes(t *testing.T) {
 	for range 40 {
 		r.step(t, 50*time.Millisecond)
 	}
-	local, err := sqlqueue.NewPublisher(sqlite.Dialect{Now: r.clk.Now}, sqlqueue.PublisherConfig{DB: r.subDB}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	local := r.localPublisher(t)
 	if err := local.Publish("idle", message.NewMessage("m1", nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -269,11 +265,7 @@ func TestIdleLocalDelayedOnTime(t *testing.T) {
 	for range 40 {
 		r.step(t, 50*time.Millisecond)
 	}
-	local, err := sqlqueue.NewPublisher(sqlite.Dialect{Now: r.clk.Now}, sqlqueue.PublisherConfig{DB: r.subDB}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	local := r.localPublisher(t)
 	const delay = 30 * time.Millisecond
 	m := message.NewMessage("soon", nil)
 	m.Metadata.Set(sqlqueue.MetadataDelay, delay.String())
@@ -284,4 +276,15 @@ func TestIdleLocalDelayedOnTime(t *testing.T) {
 		t.Errorf("delayed in-process publish after idle: received after %s of fake time, want %s to %s (not at the probe one empty delay, %s, after the wake-up)",
 			got, delay, delay+30*time.Millisecond, rigEmptyDelay)
 	}
+}
+
+// localPublisher is a publisher on the subscriber's pool (this process's).
+func (r *idleRig) localPublisher(t *testing.T) *sqlqueue.Publisher {
+	t.Helper()
+	local, err := sqlqueue.NewPublisher(sqlite.Dialect{Now: r.clk.Now}, sqlqueue.PublisherConfig{DB: r.subDB}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = local.Close() })
+	return local
 }

@@ -487,6 +487,11 @@ func (p *Publisher) rows(msgs []*message.Message) ([]InsertRow, error) {
 	return rows, nil
 }
 
+// DB implements transport.DBPublisher: the pool the publisher writes
+// with (its own, or the process-wide pool of its DSN). It belongs to the
+// publisher: usable while the publisher is open, not to be closed.
+func (p *Publisher) DB() *sql.DB { return p.e.db }
+
 // WithTx returns a publisher that inserts inside tx, the caller's
 // transaction (the outbox pattern): the messages become visible when, and
 // only if, tx commits. Tables are created, when missing, on the

@@ -30,11 +30,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,8 +42,6 @@ import (
 
 	"github.com/berth-go/berth/transport"
 	_ "github.com/berth-go/berth/transport/all"
-	"github.com/berth-go/berth/transport/postgres"
-	"github.com/berth-go/berth/transport/sqlite"
 )
 
 const (
@@ -76,33 +72,6 @@ type result struct {
 	Enveloped int
 }
 
-// openDB opens the application's own handle on the queue's database.
-func openDB(berthURL string) (*sql.DB, func(), error) {
-	u, err := url.Parse(berthURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	if u.Scheme == "sqlite" {
-		db, closer, err := sqlite.Open(strings.TrimPrefix(strings.SplitN(berthURL, "?", 2)[0], "sqlite://"))
-		if err != nil {
-			return nil, nil, err
-		}
-		return db, func() { _ = closer.Close() }, nil
-	}
-	q := u.Query()
-	for k := range q {
-		if k != "sslmode" && k != "search_path" && k != "application_name" {
-			q.Del(k) // Berth's parameters
-		}
-	}
-	u.RawQuery = q.Encode()
-	db, err := postgres.Open(u.String(), 4)
-	if err != nil {
-		return nil, nil, err
-	}
-	return db, func() { _ = db.Close() }, nil
-}
-
 // run concludes cfg.Lotteries lotteries, forwards their events and waits
 // until every saved lottery's event reached the prize sender.
 func run(ctx context.Context, cfg config) (*result, error) {
@@ -112,19 +81,21 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	db, closeDB, err := openDB(cfg.URL)
-	if err != nil {
-		return nil, err
-	}
-	defer closeDB()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS lotteries (lottery_id INT PRIMARY KEY, winner VARCHAR(255) NOT NULL)`); err != nil {
-		return nil, err
-	}
 	publisher, err := transport.OpenPublisher(ctx, cfg.URL, transport.WithLogger(logger))
 	if err != nil {
 		return nil, err
 	}
 	defer publisher.Close()
+	// The application's own writes go to the database the publisher
+	// writes to, on its pool (on SQLite the process's one connection of
+	// the file, which the transaction and its publish must share).
+	db, err := transport.DBOf(publisher)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS lotteries (lottery_id INT PRIMARY KEY, winner VARCHAR(255) NOT NULL)`); err != nil {
+		return nil, err
+	}
 
 	// The forwarder: from the SQL queue to the broker.
 	sqlSubscriber, err := transport.OpenSubscriber(ctx, cfg.URL, transport.WithLogger(logger))

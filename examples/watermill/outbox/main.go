@@ -40,8 +40,6 @@ import (
 
 	"github.com/berth-go/berth/transport"
 	_ "github.com/berth-go/berth/transport/all"
-	"github.com/berth-go/berth/transport/postgres"
-	"github.com/berth-go/berth/transport/sqlite"
 )
 
 const (
@@ -72,35 +70,6 @@ type result struct {
 	Events    map[string]int
 }
 
-// openDB opens the application's own handle on the queue's database.
-func openDB(berthURL string) (*sql.DB, func(), error) {
-	u, err := url.Parse(berthURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	if u.Scheme == "sqlite" {
-		db, closer, err := sqlite.Open(strings.TrimPrefix(strings.SplitN(berthURL, "?", 2)[0], "sqlite://"))
-		if err != nil {
-			return nil, nil, err
-		}
-		return db, func() { _ = closer.Close() }, nil
-	}
-	q := u.Query()
-	for k := range q {
-		switch k {
-		case "sslmode", "search_path", "application_name":
-		default:
-			q.Del(k) // Berth's parameters
-		}
-	}
-	u.RawQuery = q.Encode()
-	db, err := postgres.Open(u.String(), 4)
-	if err != nil {
-		return nil, nil, err
-	}
-	return db, func() { _ = db.Close() }, nil
-}
-
 // run signs cfg.SignUps users up, forwards their events and waits until
 // every saved user's event reached the target (reading it back there).
 func run(ctx context.Context, cfg config) (*result, error) {
@@ -110,20 +79,22 @@ func run(ctx context.Context, cfg config) (*result, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	db, closeDB, err := openDB(cfg.URL)
-	if err != nil {
-		return nil, err
-	}
-	defer closeDB()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS users (id VARCHAR(36) PRIMARY KEY, signed_up_at VARCHAR(40) NOT NULL)`); err != nil {
-		return nil, err
-	}
 
 	publisher, err := transport.OpenPublisher(ctx, cfg.URL, transport.WithLogger(logger))
 	if err != nil {
 		return nil, err
 	}
 	defer publisher.Close()
+	// The application's own writes go to the database the publisher
+	// writes to, on its pool (on SQLite the process's one connection of
+	// the file, which the transaction and its publish must share).
+	db, err := transport.DBOf(publisher)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS users (id VARCHAR(36) PRIMARY KEY, signed_up_at VARCHAR(40) NOT NULL)`); err != nil {
+		return nil, err
+	}
 	// One event at a time, in the order they committed, as watermill-sql's
 	// subscriber forwarded them.
 	subscriber, err := transport.OpenSubscriber(ctx, withParam(cfg.URL, "concurrency", "1"), transport.WithLogger(logger))
