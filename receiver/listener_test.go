@@ -613,3 +613,73 @@ func TestListenerClaimsAtOnceOnKick(t *testing.T) {
 	src.kick <- struct{}{}
 	eventually(t, "a claim after the kick", func() bool { return len(src.claimLog()) >= 2 })
 }
+
+// gatedSource holds every Claim until its gate opens, and says when one
+// is waiting there.
+type gatedSource struct {
+	*fakeSource
+	waiting chan struct{} // a Claim is held (cap 1)
+	gate    chan struct{} // closed: Claims go on
+}
+
+func (s gatedSource) Claim(ctx context.Context, max int) ([]*transport.Delivery, error) {
+	select {
+	case s.waiting <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.fakeSource.Claim(ctx, max)
+}
+
+type gatedDirect struct{ gatedSource }
+
+func (s gatedDirect) ClaimDirect(ctx context.Context, max, direct int) ([]*transport.Delivery, error) {
+	ds, err := s.Claim(ctx, max)
+	for i := range ds {
+		ds[i].Started = i < direct
+	}
+	return ds, err
+}
+
+// A claim in flight when the listener pauses returns its rows after Pause
+// released the buffer: they go back to the source, never to user code, and
+// the listener holds nothing. Before, they were buffered (or, claimed
+// started, handed to user code) after the listener reported paused.
+func TestListenerReleasesWhatAClaimInFlightReturnsAfterPause(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "claim", true: "direct claim"}[direct], func(t *testing.T) {
+			g := gatedSource{fakeSource: &fakeSource{available: 3}, waiting: make(chan struct{}, 1), gate: make(chan struct{})}
+			var src transport.Source = g
+			if direct {
+				src = gatedDirect{g}
+			}
+			l := newListener(t, src, receiver.Config{Concurrency: 4, BufferSize: 8})
+			select {
+			case <-g.waiting:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no claim reached the source")
+			}
+			if err := l.Pause(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			close(g.gate)
+			eventually(t, "the rows the held claim took released", func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.next > 0 && g.released == g.next
+			})
+			select {
+			case m := <-l.Messages():
+				t.Fatalf("message %s reached user code after Pause", m.UUID)
+			default:
+			}
+			if s := l.State(); s.Status != transport.StatusPaused || s.Buffered != 0 || s.InFlight != 0 {
+				t.Fatalf("state = %+v, want paused holding nothing", s)
+			}
+		})
+	}
+}

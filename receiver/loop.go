@@ -276,7 +276,7 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 			}
 		}
 		ds, err := l.claim(ctx, n, reserved)
-		if err != nil {
+		if err != nil || l.releasePaused(ds) {
 			ds = nil
 		}
 		if reserved > 0 {
@@ -309,6 +309,9 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 		go func() {
 			defer wg.Done()
 			ds, err := l.claim(ctx, m, 0)
+			if l.releasePaused(ds) {
+				ds = nil
+			}
 			if len(ds) > 0 {
 				l.current().Push(ds) // the stage installed now releases them if it stopped
 			}
@@ -354,6 +357,32 @@ func (l *Listener) claim(ctx context.Context, max, direct int) ([]*transport.Del
 		l.observe(func(o transport.Observer) { o.Received(l.cfg.Name, start, len(ds), err) })
 	}
 	return ds, err
+}
+
+// releasePaused hands ds back to the source, with no attempt counted
+// (started ones included: the source undoes theirs), when the listener was
+// paused while the claim that returned them was in flight, and reports
+// whether it did. Pause released what was buffered when it was called;
+// these rows came later, and would otherwise have reached user code after
+// the listener reported paused with nothing buffered (under load a claim
+// can wait seconds for a connection before it runs).
+func (l *Listener) releasePaused(ds []*transport.Delivery) bool {
+	if len(ds) == 0 {
+		return false
+	}
+	l.mu.Lock()
+	paused := l.paused
+	l.mu.Unlock()
+	if !paused {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := guard.Run(func() error { return l.cfg.Source.Release(ctx, ds) }); err != nil {
+		l.logError("release of rows claimed while the listener paused failed; the broker's lease expiry will return them", err,
+			watermill.LogFields{"count": len(ds)})
+	}
+	return true
 }
 
 // recordLoopFault records a fault of the receive loop (the first one wins
