@@ -90,6 +90,14 @@ type Listener struct {
 	pingSince   atomic.Int64 // when the ping under way began; 0: none
 	loopFault   atomic.Pointer[transport.Fault]
 
+	// pauseMu orders Pause against the loop handing claimed rows to the
+	// stage (handOver): the loop holds it for reading from its check of
+	// paused to its push, Pause for writing while it sets paused. So rows
+	// a claim returns are either in the stage before Pause sets paused
+	// (then its ReleaseBuffered releases those still buffered) or handed
+	// back by the loop, never buffered after Pause released the buffer.
+	pauseMu sync.RWMutex
+
 	mu        sync.Mutex
 	recv      pipe
 	paused    bool
@@ -299,10 +307,12 @@ func (l *Listener) Rebuild() error {
 // broker. The listener stays paused, whatever back-pressure or the watchdog
 // do, until Resume.
 func (l *Listener) Pause(ctx context.Context) error {
+	l.pauseMu.Lock()
 	l.mu.Lock()
 	l.paused = true
 	r := l.recv
 	l.mu.Unlock()
+	l.pauseMu.Unlock()
 	l.kick()
 	if r != nil {
 		return r.ReleaseBuffered(ctx)

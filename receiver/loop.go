@@ -276,18 +276,20 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 			}
 		}
 		ds, err := l.claim(ctx, n, reserved)
-		if err != nil || l.releasePaused(ds) {
+		if err != nil {
 			ds = nil
 		}
-		if reserved > 0 {
-			r.PushReserved(ds, reserved) // frees the permits left over
-		} else {
-			r.Push(ds)
-		}
+		pushed := l.handOver(ds, func(ds []*transport.Delivery) {
+			if reserved > 0 {
+				r.PushReserved(ds, reserved) // frees the permits left over
+			} else {
+				r.Push(ds)
+			}
+		})
 		if err != nil {
 			return n, 0, 0, err
 		}
-		return n, len(ds), len(ds), nil
+		return n, pushed, pushed, nil
 	}
 	// One Claim per probe, run concurrently, each pushed as it returns. Ask
 	// in full-size requests only: no more probes than full requests fit in
@@ -309,18 +311,17 @@ func (l *Listener) claimWave(ctx context.Context, r pipe, n, free int) (launched
 		go func() {
 			defer wg.Done()
 			ds, err := l.claim(ctx, m, 0)
-			if l.releasePaused(ds) {
-				ds = nil
-			}
-			if len(ds) > 0 {
-				l.current().Push(ds) // the stage installed now releases them if it stopped
-			}
+			pushed := l.handOver(ds, func(ds []*transport.Delivery) {
+				if len(ds) > 0 {
+					l.current().Push(ds) // the stage installed now releases them if it stopped
+				}
+			})
 			mu.Lock()
 			defer mu.Unlock()
-			claimed += len(ds)
+			claimed += pushed
 			if err != nil {
 				errs = append(errs, err)
-			} else if len(ds) >= m {
+			} else if pushed >= m {
 				hits++ // a probe finds its message when the call comes back full
 			}
 		}()
@@ -359,30 +360,34 @@ func (l *Listener) claim(ctx context.Context, max, direct int) ([]*transport.Del
 	return ds, err
 }
 
-// releasePaused hands ds back to the source, with no attempt counted
-// (started ones included: the source undoes theirs), when the listener was
-// paused while the claim that returned them was in flight, and reports
-// whether it did. Pause released what was buffered when it was called;
-// these rows came later, and would otherwise have reached user code after
-// the listener reported paused with nothing buffered (under load a claim
-// can wait seconds for a connection before it runs).
-func (l *Listener) releasePaused(ds []*transport.Delivery) bool {
-	if len(ds) == 0 {
-		return false
-	}
+// handOver gives ds, rows a claim returned, to the stage with push
+// (which it calls, with nil when they go back, so that reserved permits
+// are freed) and returns how many it gave. When the listener was paused
+// while the claim was in flight, the rows go back to the source at once,
+// with no attempt counted (started ones included: the source undoes
+// theirs): Pause released what was buffered when it was called, and these
+// would otherwise reach user code after the listener reported paused with
+// nothing buffered (under load a claim can wait seconds for a connection
+// before it runs). The check and the push hold pauseMu against Pause.
+func (l *Listener) handOver(ds []*transport.Delivery, push func([]*transport.Delivery)) int {
+	l.pauseMu.RLock()
 	l.mu.Lock()
 	paused := l.paused
 	l.mu.Unlock()
-	if !paused {
-		return false
+	if !paused || len(ds) == 0 {
+		push(ds)
+		l.pauseMu.RUnlock()
+		return len(ds)
 	}
+	push(nil)
+	l.pauseMu.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	if err := guard.Run(func() error { return l.cfg.Source.Release(ctx, ds) }); err != nil {
 		l.logError("release of rows claimed while the listener paused failed; the broker's lease expiry will return them", err,
 			watermill.LogFields{"count": len(ds)})
 	}
-	return true
+	return 0
 }
 
 // recordLoopFault records a fault of the receive loop (the first one wins
