@@ -208,11 +208,16 @@ func (b *Broker) Publish(topic string, msgs ...*message.Message) { b.publish(top
 func (b *Broker) publish(topic string, msgs []*message.Message) int {
 	now := time.Now()
 	due := make([]time.Time, len(msgs))
-	marks := make([]string, len(msgs))
+	var marks []string // nil unless a message has Watermill's delay pair
 	for i, m := range msgs {
 		d, _, _ := delaymeta.Delay(m.Metadata, now, delayKeys)
 		due[i] = now.Add(d)
-		marks[i] = delaymeta.Mark(m.Metadata, now, d, delayKeys)
+		if mark := delaymeta.Mark(m.Metadata, now, d, delayKeys); mark != "" {
+			if marks == nil {
+				marks = make([]string, len(msgs))
+			}
+			marks[i] = mark
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -231,7 +236,7 @@ func (b *Broker) publish(topic string, msgs []*message.Message) int {
 				due:      due[i],
 				key:      m.Metadata.Get(transport.MetadataOrderingKey),
 			}
-			if marks[i] != "" {
+			if marks != nil && marks[i] != "" {
 				if e.metadata == nil {
 					e.metadata = map[string]string{}
 				}
