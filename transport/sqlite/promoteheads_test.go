@@ -16,7 +16,7 @@ import (
 
 // queueConn opens a database file with the queue table of topic "orders"
 // and returns a connection to it (SQLite's one), closed at cleanup.
-func queueConn(t *testing.T) (*sql.Conn, sqlqueue.Queue) {
+func queueConn(t testing.TB) (*sql.Conn, sqlqueue.Queue) {
 	t.Helper()
 	ctx := context.Background()
 	db, closer, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
