@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,6 +97,25 @@ func PostgresSchemaURL(t testing.TB) string {
 	t.Helper()
 	u, _ := PostgresSchema(t)
 	return u
+}
+
+// SQLDatabases are the databases a test of a program on Berth's SQL
+// transports runs on here, by name, for [SQLURL].
+var SQLDatabases = []string{"postgres", "sqlite"}
+
+// SQLURL returns the Berth URL of an empty database of its own for t on
+// database (one of [SQLDatabases]): on "postgres" a schema of its own
+// ([PostgresSchemaURL]), on "sqlite" a file in t's temporary directory.
+func SQLURL(t testing.TB, database string) string {
+	t.Helper()
+	switch database {
+	case "postgres":
+		return PostgresSchemaURL(t)
+	case "sqlite":
+		return "sqlite://" + filepath.Join(t.TempDir(), "berth.db")
+	}
+	t.Fatalf("testenv: no SQL database %q (want one of %v)", database, SQLDatabases)
+	return ""
 }
 
 // PostgresSchema is [PostgresSchemaURL] that also returns the schema's name,

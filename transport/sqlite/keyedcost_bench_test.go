@@ -38,16 +38,13 @@ import (
 func BenchmarkKeyedRowCost(b *testing.B) {
 	const rows, keys, batch = 20000, 1000, 27
 	modes := []struct {
-		name     string
-		keyed    bool
-		handoff  bool
-		scatter  bool
-		waitRest bool
+		name                    string
+		keyed, handoff, scatter bool // handoff: the rows behind each key's first are waiting
 	}{
 		{name: "unordered"},
 		{name: "keyed/full", keyed: true},
-		{name: "keyed/handoff-in-order", keyed: true, handoff: true, waitRest: true},
-		{name: "keyed/handoff-scattered", keyed: true, handoff: true, waitRest: true, scatter: true},
+		{name: "keyed/handoff-in-order", keyed: true, handoff: true},
+		{name: "keyed/handoff-scattered", keyed: true, handoff: true, scatter: true},
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
@@ -59,7 +56,7 @@ func BenchmarkKeyedRowCost(b *testing.B) {
 				if m.keyed {
 					key = fmt.Sprintf("'key-' || (i %% %d)", keys)
 				}
-				if m.waitRest {
+				if m.handoff {
 					wait = fmt.Sprintf("i >= %d", keys)
 				}
 				fill := fmt.Sprintf(`WITH RECURSIVE g(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM g WHERE i < %d)

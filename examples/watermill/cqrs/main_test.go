@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,14 +20,8 @@ func TestEveryEventReachesEveryHandler(t *testing.T) {
 	if testing.Short() {
 		rounds = 1
 	}
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"postgres", func(t *testing.T) string { return testenv.PostgresSchemaURL(t) }},
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "cqrs.db") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			for round := range rounds {
 				starts := map[string]time.Duration{}
@@ -36,7 +29,7 @@ func TestEveryEventReachesEveryHandler(t *testing.T) {
 					starts[name] = time.Duration(rand.Int64N(int64(2 * time.Second)))
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				s, err := run(ctx, config{URL: tc.url(t), Bookings: 5, Interval: 50 * time.Millisecond, Starts: starts})
+				s, err := run(ctx, config{URL: testenv.SQLURL(t, db), Bookings: 5, Interval: 50 * time.Millisecond, Starts: starts})
 				cancel()
 				if err != nil {
 					t.Fatalf("round %d (starts %v): %v; handled %v", round, starts, err, s.counts())

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,19 +14,13 @@ import (
 // margin for a loaded machine), on PostgreSQL and SQLite. Before Berth read
 // Watermill's delay metadata, they arrived at once.
 func TestFeedbackFormsWaitTheirDelay(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"postgres", func(t *testing.T) string { return testenv.PostgresSchemaURL(t) }},
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "delayed.db") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			const wait = 1500 * time.Millisecond
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			arrivals, err := run(ctx, config{URL: tc.url(t), Orders: 4, Every: 100 * time.Millisecond, Delay: wait})
+			arrivals, err := run(ctx, config{URL: testenv.SQLURL(t, db), Orders: 4, Every: 100 * time.Millisecond, Delay: wait})
 			if err != nil {
 				t.Fatal(err)
 			}

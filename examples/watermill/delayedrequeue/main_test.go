@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -31,19 +30,13 @@ func TestFailedOrderRequeuedWithGrowingDelay(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("BERTH_EXAMPLE_REQUEUE_INITIAL")); err == nil {
 		initial = d
 	}
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"postgres", func(t *testing.T) string { return testenv.PostgresSchemaURL(t) }},
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "requeue.db") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			const orders, badAt, runs = 6, 3, 3
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := config{URL: tc.url(t), Orders: orders, Every: 20 * time.Millisecond, BadAt: badAt, Attempts: runs,
+			cfg := config{URL: testenv.SQLURL(t, db), Orders: orders, Every: 20 * time.Millisecond, BadAt: badAt, Attempts: runs,
 				Retry: middleware.DelayOnError{InitialInterval: initial, MaxInterval: 4 * initial, Multiplier: 2}}
 			attempts, err := run(ctx, cfg)
 			if err != nil {

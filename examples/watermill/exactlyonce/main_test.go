@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,14 +23,12 @@ func TestMain(m *testing.M) {
 // the worker is killed (SIGKILL) and, on PostgreSQL, its database
 // connections cut; the counter must end at the number of requests.
 func TestCounterExactlyOnce(t *testing.T) {
-	for _, tc := range []struct{ name, url string }{
-		{"postgres", testenv.PostgresSchemaURL(t)},
-		{"sqlite", "sqlite://" + filepath.Join(t.TempDir(), "counter.db")},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
+			url := testenv.SQLURL(t, db)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			d := driver{URL: tc.url, Messages: 400, Senders: 5,
+			d := driver{URL: url, Messages: 400, Senders: 5,
 				KillWorkerAt: []int{40, 200, 210}, CutDatabaseAt: []int{100, 300},
 				Out: t.Logf,
 			}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -44,14 +43,8 @@ func TestEveryEventInOrderPerSubscriber(t *testing.T) {
 	if testing.Short() {
 		n = 1
 	}
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"postgres", func(t *testing.T) string { return testenv.PostgresSchemaURL(t) }},
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "orderedevents.db") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			perms := permutations(routerNames)
 			first := rand.IntN(len(perms))
@@ -60,7 +53,7 @@ func TestEveryEventInOrderPerSubscriber(t *testing.T) {
 				starts := startsFor(perms[(first+round)%len(perms)])
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				began := time.Now()
-				s, err := run(ctx, config{URL: tc.url(t), Subscribers: 12, Interval: 20 * time.Millisecond, Starts: starts})
+				s, err := run(ctx, config{URL: testenv.SQLURL(t, db), Subscribers: 12, Interval: 20 * time.Millisecond, Starts: starts})
 				cancel()
 				if err != nil && s == nil {
 					t.Fatalf("round %d: %v", round, err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,18 +16,12 @@ import (
 // saved, so an event that escaped its rollback would have arrived before
 // the run ends.
 func TestEventsIfAndOnlyIfSaved(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"postgres", func(t *testing.T) string { return testenv.PostgresSchemaURL(t) }},
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "outbox.db") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, db := range testenv.SQLDatabases {
+		t.Run(db, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := run(ctx, config{URL: tc.url(t), TargetURL: "mem://outbox-" + watermill.NewShortUUID(), SignUps: 13, Every: 20 * time.Millisecond})
+			res, err := run(ctx, config{URL: testenv.SQLURL(t, db), TargetURL: "mem://outbox-" + watermill.NewShortUUID(), SignUps: 13, Every: 20 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
