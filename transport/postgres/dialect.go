@@ -373,7 +373,12 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 //
 // A key's head (h) is its lowest id other than the rows this statement
 // deletes (done: acks riding on it, fenced as Complete's), since those are
-// still visible in the statement's one snapshot; it is claimed when
+// still visible in the statement's one snapshot. Its seek starts at the
+// key's bound ($9: the settled head that freed the key), not at the key's
+// first index entry: a settled row's entries stay in the key index, dead,
+// until a vacuum, and a hot key's seek walked them all (10 keys drained of
+// 20,000 rows: 1.24 million buffers read by the hand-offs without the
+// bound, 0.54 million with it). The head is claimed when
 // pending, due and not expired, and not locked by another claim, waiting
 // or not (the marker only keeps rows out of the full claim's index). That
 // is Claim's head check, made from the other side, and exact for the same
@@ -385,8 +390,11 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 // (see InsertNotify); the keys past the $3 rows stay freed for the
 // source's next claim (claimKeyRows); the sweeper promotes what is left
 // (PromoteHeads).
-func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
+func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, from []int64, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(done)
+	if len(from) != len(keys) {
+		from = make([]int64, len(keys))
+	}
 	return st(`WITH done AS (
 	DELETE FROM `+q.Table+` AS x
 	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
@@ -395,9 +403,9 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct
 ), h AS (
 	SELECT ARRAY(
 		SELECT (SELECT e.id FROM `+q.Table+` AS e
-		        WHERE e.ordering_key = k.k AND e.id <> ALL(ARRAY(SELECT id FROM done))
+		        WHERE e.ordering_key = k.k AND e.id >= k.f AND e.id <> ALL(ARRAY(SELECT id FROM done))
 		        ORDER BY e.id LIMIT 1)
-		FROM unnest($8::text[]) AS k(k)) AS ids
+		FROM unnest($8::text[], $9::bigint[]) AS k(k, f)) AS ids
 ), `+directChoiceOf(`
 	SELECT p.id FROM `+q.Table+` AS p, h
 	WHERE p.id = ANY(h.ids)
@@ -410,7 +418,7 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct
 SELECT id, uuid, headers, body, attempts, state FROM u
 UNION ALL
 SELECT id, '', NULL, NULL, 0, `+strconv.Itoa(sqlqueue.StateAcked)+`::smallint FROM done`,
-		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners, keys)
+		owner, sqlqueue.Millis(fetchTimeout), n, direct, sqlqueue.Millis(lease), ids, owners, keys, from)
 }
 
 // PromoteHeads implements sqlqueue.HeadPromoter: the sweeper's repair of a

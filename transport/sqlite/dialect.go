@@ -304,12 +304,14 @@ func (d Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetch
 // of a settled key's next row reads one row per key, not the backlog.
 // Writes are serialised, so the head is exact as in Claim. done is always
 // empty (SQLite is no AckRider); keys travel as one JSON array, so the
-// statement text is the same for any number of keys. A head it does not
+// statement text is the same for any number of keys. It ignores the keys'
+// bounds (from): a deleted row leaves SQLite's key index at once, so a
+// seek passes no settled rows. A head it does not
 // claim keeps its marker: one not due yet was inserted delayed, which is
 // never waiting (see Insert); the keys past the ?2 rows stay freed for the
 // source's next claim (claimKeyRows); the sweeper promotes what is left
 // (PromoteHeads).
-func (d Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, _ []sqlqueue.Ref) sqlqueue.Stmt {
+func (d Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, _ []int64, n, direct int, fetchTimeout, lease time.Duration, _ []sqlqueue.Ref) sqlqueue.Stmt {
 	js, _ := json.Marshal(keys) // strings always marshal
 	st := d.claimDirect(q, `
 	SELECT p.id, p.due_at FROM `+q.Table+` AS p

@@ -140,7 +140,7 @@ func drainByBatch(b *testing.B, conn *sql.Conn, q sqlqueue.Queue, keys, perKey, 
 			if len(ks) == 0 {
 				break
 			}
-			st = d.ClaimKeys(q, 1, ks, batch, batch, time.Minute, time.Minute, nil)
+			st = d.ClaimKeys(q, 1, ks, nil, batch, batch, time.Minute, time.Minute, nil)
 		} else {
 			st = d.ClaimDirect(q, 1, batch, batch, time.Minute, time.Minute)
 		}

@@ -42,7 +42,7 @@ func TestClaimLimitNotReprepared(t *testing.T) {
 		{"Claim", func(n, _ int) sqlqueue.Stmt { return d.Claim(q, 7, n, fetch) }},
 		{"ClaimDirect", func(n, direct int) sqlqueue.Stmt { return d.ClaimDirect(q, 7, n, direct, fetch, lease) }},
 		{"ClaimKeys", func(n, direct int) sqlqueue.Stmt {
-			return d.ClaimKeys(q, 7, []string{"a", "b"}, n, direct, fetch, lease, nil)
+			return d.ClaimKeys(q, 7, []string{"a", "b"}, nil, n, direct, fetch, lease, nil)
 		}},
 	} {
 		first := c.st(5, 2)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,8 +47,11 @@ type KeyClaimer interface {
 	// direct of them started. done (given only to a dialect that is also an
 	// AckRider) are acks the statement deletes as ClaimComplete does,
 	// reported the same way (state StateAcked); the claim's head check
-	// treats them as deleted.
-	ClaimKeys(q Queue, owner int64, keys []string, n, direct int, fetchTimeout, lease time.Duration, done []Ref) Stmt
+	// treats them as deleted. from, when not nil, holds for each key the id
+	// of a row that headed it (the settled head that freed it): the key
+	// has no row with a lower id, so the head's search may start there (a
+	// dialect may ignore it).
+	ClaimKeys(q Queue, owner int64, keys []string, from []int64, n, direct int, fetchTimeout, lease time.Duration, done []Ref) Stmt
 }
 
 // A HeadPromoter is a KeyClaimer whose queue tables carry the waiting
@@ -82,46 +86,59 @@ type HeadPromoter interface {
 var _ transport.Kicker = (*Source)(nil)
 
 // freedKeys are the ordering keys whose head a source settled and whose
-// next row it has not yet looked for. A key's value is true when it was
-// looked for once already (see claimKeys).
+// next row it has not yet looked for, each with the id of the settled
+// head (the key has no lower row: KeyClaimer.ClaimKeys's from) and whether
+// it was looked for once already (see claimKeyRows).
 type freedKeys struct {
 	mu   sync.Mutex
-	keys map[string]bool
+	keys map[string]freedKey
 }
 
-func (f *freedKeys) add(again bool, keys ...string) {
+type freedKey struct {
+	from  int64
+	again bool
+}
+
+// add records keys[i], freed by the settlement of row from[i] of it.
+func (f *freedKeys) add(again bool, keys []string, from []int64) {
 	f.mu.Lock()
 	if f.keys == nil {
-		f.keys = map[string]bool{}
+		f.keys = map[string]freedKey{}
 	}
-	for _, k := range keys {
-		f.keys[k] = f.keys[k] || again
+	for i, k := range keys {
+		v := f.keys[k]
+		// Every head's id is a bound; the later head's is the tighter one.
+		f.keys[k] = freedKey{from: max(v.from, from[i]), again: v.again || again}
 	}
 	f.mu.Unlock()
 }
 
 // take removes and returns the keys, sorted (one statement text whatever
-// the map's order, and stable arguments for tests), and the set of those
-// looked for once already.
-func (f *freedKeys) take() (keys []string, again map[string]bool) {
+// the map's order, and stable arguments for tests), their settled heads'
+// ids, and the set of those looked for once already.
+func (f *freedKeys) take() (keys []string, from []int64, again map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	keys = make([]string, 0, len(f.keys))
-	for k, a := range f.keys {
+	for k, v := range f.keys {
 		keys = append(keys, k)
-		if a {
+		if v.again {
 			if again == nil {
 				again = map[string]bool{}
 			}
 			again[k] = true
 		}
 	}
-	clear(f.keys)
 	slices.Sort(keys)
-	return keys, again
+	from = make([]int64, len(keys))
+	for i, k := range keys {
+		from[i] = f.keys[k].from
+	}
+	clear(f.keys)
+	return keys, from, again
 }
 
 // leaveFreedKeys hands the keys this closing source freed and did not
@@ -131,7 +148,7 @@ func (f *freedKeys) take() (keys []string, again map[string]bool) {
 // sweeper's statement) instead of leaving them to the next sweep, and
 // wakes this process's other sources of the queue.
 func (s *Source) leaveFreedKeys(ctx context.Context) error {
-	keys, _ := s.freed.take()
+	keys, _, _ := s.freed.take()
 	if len(keys) == 0 {
 		return nil
 	}
@@ -159,14 +176,14 @@ func (s *Source) kickNow() {
 	}
 }
 
-// freeKey records that key's head was settled here: the listener's next
-// claim looks for its next row. It reports false when the source hands
-// nothing off (its dialect is no KeyClaimer).
-func (s *Source) freeKey(keys ...string) bool {
+// freeKey records that the heads of keys, rows from, were settled here:
+// the listener's next claim looks for the keys' next rows. It reports
+// false when the source hands nothing off (its dialect is no KeyClaimer).
+func (s *Source) freeKey(keys []string, from []int64) bool {
 	if s.kc == nil {
 		return false
 	}
-	s.freed.add(false, keys...)
+	s.freed.add(false, keys, from)
 	s.kickNow()
 	return true
 }
@@ -186,8 +203,8 @@ func orderingKeyOf(headers []byte) string {
 
 // claimKeys is the hand-off claim alone (see ClaimDirect): ClaimKeys in
 // place of a claim that would have been skipped.
-func (s *Source) claimKeys(ctx context.Context, keys []string, again map[string]bool, max, direct int) ([]*transport.Delivery, error) {
-	ds, started, err := s.claimKeyRows(ctx, keys, again, max, direct)
+func (s *Source) claimKeys(ctx context.Context, keys []string, from []int64, again map[string]bool, max, direct int) ([]*transport.Delivery, error) {
+	ds, started, err := s.claimKeyRows(ctx, keys, from, again, max, direct)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +231,7 @@ func (s *Source) claimKeys(ctx context.Context, keys []string, again map[string]
 // its key's newest row) reads the key in a snapshot without that row,
 // which may have gone in waiting; the next statement sees it. again holds
 // the keys looked for twice that way already: not looked for a third time.
-func (s *Source) claimKeyRows(ctx context.Context, keys []string, again map[string]bool, max, direct int) ([]*transport.Delivery, int, error) {
+func (s *Source) claimKeyRows(ctx context.Context, keys []string, from []int64, again map[string]bool, max, direct int) ([]*transport.Delivery, int, error) {
 	var riders []*ridingAck
 	if s.rider != nil {
 		riders = s.rider.take(s.cfg.SettleBatch)
@@ -223,10 +240,10 @@ func (s *Source) claimKeyRows(ctx context.Context, keys []string, again map[stri
 	// settleRiders below hands nothing off for it. Its key was freed when
 	// the ack was queued, but an earlier statement may have looked for it
 	// before the ack rode, and found the acked row still its key's head.
-	keys = withRiderKeys(keys, riders)
+	keys, from = withRiderKeys(keys, from, riders)
 	direct = min(direct, max)
 	owner := newOwner()
-	st := s.kc.ClaimKeys(s.q, owner, keys, max, direct, s.cfg.FetchTimeout, s.cfg.Lease, ridersRefs(riders))
+	st := s.kc.ClaimKeys(s.q, owner, keys, from, max, direct, s.cfg.FetchTimeout, s.cfg.Lease, ridersRefs(riders))
 	ds, started, acked, err := s.runClaim(ctx, st, owner, direct, true)
 	if len(riders) > 0 {
 		// Their keys' next rows were looked for by this statement: no
@@ -234,7 +251,7 @@ func (s *Source) claimKeyRows(ctx context.Context, keys []string, again map[stri
 		s.settleRiders(riders, acked, err, err == nil)
 	}
 	if err != nil {
-		s.freed.add(false, keys...)
+		s.freed.add(false, keys, from)
 		return nil, 0, s.claimErr(ctx, err)
 	}
 	s.contacted()
@@ -244,32 +261,52 @@ func (s *Source) claimKeyRows(ctx context.Context, keys []string, again map[stri
 		for _, d := range ds {
 			taken[handleOf(d).key] = true
 		}
-		var left []string
-		for _, k := range keys {
+		var (
+			left     []string
+			leftFrom []int64
+		)
+		for i, k := range keys {
 			if !taken[k] && (full || !again[k]) {
-				left = append(left, k)
+				left, leftFrom = append(left, k), append(leftFrom, from[i])
 			}
 		}
 		if len(left) > 0 {
-			s.freed.add(!full, left...)
+			s.freed.add(!full, left, leftFrom)
 			s.kickNow()
 		}
 	}
 	return ds, started, nil
 }
 
-// withRiderKeys returns keys with the ordering keys of riders added,
-// sorted, each once.
-func withRiderKeys(keys []string, riders []*ridingAck) []string {
+// withRiderKeys returns keys and from with the ordering keys of riders,
+// and their rows' ids, added, sorted by key, each key once.
+func withRiderKeys(keys []string, from []int64, riders []*ridingAck) ([]string, []int64) {
 	added := false
 	for _, a := range riders {
-		if k := handleOf(a.d).key; k != "" && !slices.Contains(keys, k) {
-			keys = append(keys, k)
-			added = true
+		h := handleOf(a.d)
+		if h.key == "" {
+			continue
 		}
+		if i := slices.Index(keys, h.key); i >= 0 {
+			from[i] = max(from[i], h.ref.ID)
+			continue
+		}
+		keys, from = append(keys, h.key), append(from, h.ref.ID)
+		added = true
 	}
 	if added {
-		slices.Sort(keys)
+		type keyFrom struct {
+			key  string
+			from int64
+		}
+		kf := make([]keyFrom, len(keys))
+		for i := range keys {
+			kf[i] = keyFrom{keys[i], from[i]}
+		}
+		slices.SortFunc(kf, func(a, b keyFrom) int { return strings.Compare(a.key, b.key) })
+		for i := range kf {
+			keys[i], from[i] = kf[i].key, kf[i].from
+		}
 	}
-	return keys
+	return keys, from
 }

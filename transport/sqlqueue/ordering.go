@@ -48,13 +48,16 @@ func hasOrderingKey(headers []byte) bool { return bytes.Contains(headers, orderi
 // for its next poll. Other processes find the rows at their next poll or
 // probe.
 func (s *Source) unblocked(ds ...*transport.Delivery) {
-	var keys []string
+	var (
+		keys []string
+		from []int64
+	)
 	for _, d := range ds {
-		if k := handleOf(d).key; k != "" {
-			keys = append(keys, k)
+		if h := handleOf(d); h.key != "" {
+			keys, from = append(keys, h.key), append(from, h.ref.ID)
 		}
 	}
-	if len(keys) > 0 && !s.freeKey(keys...) {
+	if len(keys) > 0 && !s.freeKey(keys, from) {
 		localWake.notify(wakeKey{s.e.db, s.q.Name})
 	}
 }

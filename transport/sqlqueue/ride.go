@@ -99,10 +99,10 @@ func (r *rider) ride(ctx context.Context, d *transport.Delivery) (err error, ok 
 		r.timer = time.AfterFunc(r.hold, r.expire)
 	}
 	r.mu.Unlock()
-	if key := handleOf(d).key; key != "" {
+	if h := handleOf(d); h.key != "" {
 		// The key's next row waits for this ack: claim it now, with the
 		// ack riding (handoff.go), rather than after the hold.
-		r.s.freeKey(key)
+		r.s.freeKey([]string{h.key}, []int64{h.ref.ID})
 	}
 	select {
 	case err := <-a.done:

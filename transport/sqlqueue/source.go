@@ -259,18 +259,18 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	// Rows handed off by key (handoff.go) before this claim's own.
 	var handed []*transport.Delivery
 	if s.kc != nil {
-		if keys, again := s.freed.take(); len(keys) > 0 {
+		if keys, from, again := s.freed.take(); len(keys) > 0 {
 			if !woken && (s.parked.Load() || s.skipShort && time.Since(time.Unix(0, s.shortAt.Load())) < s.cfg.Pipeline.EmptyDelay) {
 				// A full claim within the empty delay came back short and
 				// nothing woke this source since: the rest of the backlog
 				// is blocked or absent (the claim below would be skipped,
 				// or answered as the poll the empty delay makes). Look for
 				// the freed keys' next rows only.
-				return s.claimKeys(ctx, keys, again, max, direct)
+				return s.claimKeys(ctx, keys, from, again, max, direct)
 			}
 			// Otherwise look for them first, then claim as usual: the full
 			// claim does not see a waiting head.
-			ds, started, err := s.claimKeyRows(ctx, keys, again, max, direct)
+			ds, started, err := s.claimKeyRows(ctx, keys, from, again, max, direct)
 			if err != nil {
 				return nil, err
 			}

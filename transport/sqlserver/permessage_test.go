@@ -246,8 +246,8 @@ func TestDirectClaimsKeepClaimsProperties(t *testing.T) {
 	for _, st := range []string{
 		d.ClaimDirect(q, 1, 10, 4, time.Minute, time.Second).SQL,
 		d.ClaimComplete(q, 1, 10, 4, time.Minute, time.Second, testRefs).SQL,
-		d.ClaimKeys(q, 1, []string{"a", "b"}, 10, 4, time.Minute, time.Second, nil).SQL,
-		d.ClaimKeys(q, 1, []string{"a", "b"}, 10, 4, time.Minute, time.Second, testRefs).SQL,
+		d.ClaimKeys(q, 1, []string{"a", "b"}, nil, 10, 4, time.Minute, time.Second, nil).SQL,
+		d.ClaimKeys(q, 1, []string{"a", "b"}, nil, 10, 4, time.Minute, time.Second, testRefs).SQL,
 	} {
 		for _, bad := range []string{"HOLDLOCK", "SERIALIZABLE", "REPEATABLEREAD", "TABLOCK", "UPDLOCK"} {
 			if strings.Contains(strings.ToUpper(st), bad) {

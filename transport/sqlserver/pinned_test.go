@@ -51,7 +51,7 @@ func TestSettlementsAndSweepsPinned(t *testing.T) {
 		!strings.Contains(rider, "WHERE q.state = 2\nOPTION (LOOP JOIN);\n") {
 		t.Errorf("ClaimComplete: its DELETE is not pinned as Complete's:\n%s", rider)
 	}
-	keyRider := d.ClaimKeys(q, 1, []string{"a"}, 10, 2, time.Minute, time.Second, testRefs).SQL
+	keyRider := d.ClaimKeys(q, 1, []string{"a"}, nil, 10, 2, time.Minute, time.Second, testRefs).SQL
 	if !strings.Contains(keyRider, "FROM "+q.Table+" AS q WITH (FORCESEEK, ROWLOCK, READCOMMITTEDLOCK)\nINNER JOIN OPENJSON(@p7)") ||
 		!strings.Contains(keyRider, "WHERE q.state = 2\nOPTION (LOOP JOIN);\n") {
 		t.Errorf("ClaimKeys: its DELETE is not pinned as Complete's:\n%s", keyRider)
@@ -92,7 +92,7 @@ func TestOwnBatchesSetReadCommitted(t *testing.T) {
 		"Claim":             {d.Claim(q, 1, 10, time.Minute)},
 		"ClaimDirect":       {d.ClaimDirect(q, 1, 10, 2, time.Minute, time.Second)},
 		"ClaimComplete":     {d.ClaimComplete(q, 1, 10, 2, time.Minute, time.Second, testRefs)},
-		"ClaimKeys":         {d.ClaimKeys(q, 1, []string{"a"}, 10, 2, time.Minute, time.Second, nil), d.ClaimKeys(q, 1, []string{"a"}, 10, 2, time.Minute, time.Second, testRefs)},
+		"ClaimKeys":         {d.ClaimKeys(q, 1, []string{"a"}, nil, 10, 2, time.Minute, time.Second, nil), d.ClaimKeys(q, 1, []string{"a"}, nil, 10, 2, time.Minute, time.Second, testRefs)},
 		"ReleaseDirect":     {d.ReleaseDirect(q, testRefs)},
 		"MultiProbe":        {d.MultiProbe(probeQueues)},
 		"Insert":            d.Insert(q, rows),

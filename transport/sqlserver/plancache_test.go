@@ -67,8 +67,8 @@ func TestOneDeclarationListPerStatement(t *testing.T) {
 		for i := range keys {
 			keys[i] = strings.Repeat("k", 1+(i*k)%255)
 		}
-		send("ClaimKeys", d.ClaimKeys(q, int64(k), keys, k, k/2, time.Minute, time.Duration(k)*time.Second, nil))
-		send("ClaimKeys riding", d.ClaimKeys(q, int64(k), keys, k, k/3, time.Minute, time.Duration(k)*time.Second, refs))
+		send("ClaimKeys", d.ClaimKeys(q, int64(k), keys, nil, k, k/2, time.Minute, time.Duration(k)*time.Second, nil))
+		send("ClaimKeys riding", d.ClaimKeys(q, int64(k), keys, nil, k, k/3, time.Minute, time.Duration(k)*time.Second, refs))
 		send("ReleaseDirect", d.ReleaseDirect(q, refs))
 		send("Begin", d.Begin(q, refs, time.Duration(k)*time.Second))
 		send("Complete", d.Complete(q, refs))

@@ -36,7 +36,9 @@ func skipNoHeadPromoter(t *testing.T, h Harness) {
 // lowest row only when that row is pending and due (a key whose head is
 // processing or delayed gives nothing, a key without rows nothing), and an
 // ack riding on it (an AckRider's done rows) is left out of the head
-// check only when its fenced delete took place.
+// check only when its fenced delete took place. A key's bound (from, the
+// settled head's id) leaves that head in the check too when its delete
+// was fenced out.
 func testKeyClaimTakesHeads(t *testing.T, h Harness) {
 	kc := skipNoKeyClaimer(t, h)
 	f := h.open(t)
@@ -66,9 +68,9 @@ func testKeyClaimTakesHeads(t *testing.T, h Harness) {
 	b1.Metadata.Set(sqlqueue.MetadataDelay, "1h")
 	publish(b1, keyed("b", "b2"), keyed("c", "c1"), keyed("c", "c2"))
 
-	claimKeys := func(done []sqlqueue.Ref) (claimed []string, acked []int64) {
+	claimKeys := func(done []sqlqueue.Ref, from ...int64) (claimed []string, acked []int64) {
 		t.Helper()
-		st := kc.ClaimKeys(q, 7, []string{"a", "b", "c", "d"}, 10, 0, time.Minute, time.Minute, done)
+		st := kc.ClaimKeys(q, 7, []string{"a", "b", "c", "d"}, from, 10, 0, time.Minute, time.Minute, done)
 		rows, err := db.QueryContext(ctx, st.SQL, st.Args...)
 		if err != nil {
 			t.Fatalf("ClaimKeys: %v", err)
@@ -111,9 +113,13 @@ func testKeyClaimTakesHeads(t *testing.T, h Harness) {
 	if got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner + 1}}); len(got) != 0 || len(acked) != 0 {
 		t.Fatalf("ClaimKeys with a fenced-out ack claimed %v, acked %v; want nothing", got, acked)
 	}
+	// The same with a's bound at a1: a1 is still there, so still a's head.
+	if got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner + 1}}, a1, 0, 0, 0); len(got) != 0 || len(acked) != 0 {
+		t.Fatalf("ClaimKeys bounded at a1 with a fenced-out ack claimed %v, acked %v; want nothing", got, acked)
+	}
 	// a1's own ack rides: it is deleted, and a2 is a's head in the same
-	// statement.
-	got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner}})
+	// statement (the bound at a1, as the source gives it).
+	got, acked := claimKeys([]sqlqueue.Ref{{ID: a1, Owner: owner}}, a1, 0, 0, 0)
 	if !slices.Equal(got, []string{"a2"}) || !slices.Equal(acked, []int64{a1}) {
 		t.Fatalf("ClaimKeys with a1's ack claimed %v, acked %v; want [a2], [%d]", got, acked, a1)
 	}
