@@ -61,6 +61,26 @@ const MessagingSystem = "berth.postgres"
 // QuoteIdent implements sqlqueue.Dialect.
 func (Dialect) QuoteIdent(name string) string { return pgx.Identifier{name}.Sanitize() }
 
+// st is a statement and its arguments.
+//
+// # Plans
+//
+// Statements run prepared (pgx caches them per connection), and
+// PostgreSQL plans a prepared statement anew at every execution for as
+// long as the plans it makes for the given values are estimated cheaper
+// than its generic plan. Arrays (unnest) and LIMITs made them so: planned
+// for one row's array or a few rows' limit, a statement was estimated at
+// a fraction of its generic plan, so every one-message publish and every
+// small claim, Begin or Complete was planned again. A one-message publish
+// spent 0.21 ms planning and 0.06 ms executing; planning was two thirds of
+// a hot key's hand-off claim on the server. So arrays and limits are read
+// through a scalar sub-select (unnest((SELECT $1::bigint[])),
+// LIMIT (SELECT $3::int)), whose value the planner does not see: the trial
+// plans cost what the generic plan costs, plus their planning, and after
+// its five trials PostgreSQL keeps the generic plan
+// (TestPerMessageStatementsKeepTheirGenericPlan). The generic plans are
+// the ones the statements are shaped for (TestGenericPlansUseIndexes,
+// TestSettlementPlansUseThePrimaryKey); docs/benchmarks.md has the gain.
 func st(sql string, args ...any) sqlqueue.Stmt { return sqlqueue.Stmt{SQL: sql, Args: args} }
 
 // Lock implements sqlqueue.Dialect with transaction-scoped advisory locks;
@@ -278,10 +298,10 @@ func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify 
 	return []sqlqueue.Stmt{st(`WITH lk AS (
 	SELECT count(*) AS n FROM (
 		SELECT pg_advisory_xact_lock(hashtextextended('berth:key:' || $6 || ':' || k, 0))
-		FROM (SELECT DISTINCT k FROM unnest($8::text[]) AS k WHERE k IS NOT NULL ORDER BY k) AS s
+		FROM (SELECT DISTINCT k FROM unnest((SELECT $8::text[])) AS k WHERE k IS NOT NULL ORDER BY k) AS s
 	) AS l
 ), pv AS (
-	SELECT k.k FROM (SELECT DISTINCT k FROM unnest($8::text[]) AS k WHERE k IS NOT NULL) AS k
+	SELECT k.k FROM (SELECT DISTINCT k FROM unnest((SELECT $8::text[])) AS k WHERE k IS NOT NULL) AS k
 	WHERE EXISTS (
 		SELECT 1 FROM `+q.Table+` AS e
 		WHERE (SELECT n FROM lk) >= 0 AND e.ordering_key = k.k
@@ -296,7 +316,7 @@ func (Dialect) InsertNotify(q sqlqueue.Queue, rows []sqlqueue.InsertRow, notify 
 	       r.ordering_key IS NOT NULL AND r.delay_ms <= 0 AND (
 	           row_number() OVER (PARTITION BY r.ordering_key ORDER BY r.ord) > 1
 	           OR r.ordering_key IN (SELECT k FROM pv))
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[], $8::text[]) WITH ORDINALITY
+	FROM unnest((SELECT $1::text[]), (SELECT $2::text[]), (SELECT $3::bytea[]), (SELECT $4::bigint[]), (SELECT $5::bigint[]), (SELECT $8::text[])) WITH ORDINALITY
 	     AS r(uuid, headers, body, delay_ms, ttl_ms, ordering_key, ord)
 	WHERE (SELECT n FROM lk) >= 0
 	ORDER BY r.ord
@@ -344,9 +364,9 @@ func (Dialect) Notify(q sqlqueue.Queue) sqlqueue.Stmt {
 func (Dialect) Claim(q sqlqueue.Queue, owner int64, n int, fetchTimeout time.Duration) sqlqueue.Stmt {
 	// id = ANY(ARRAY(subquery)), not id IN (subquery): the array is an
 	// init plan and the update an index scan on the primary key whatever
-	// the plan. With IN, the generic plan of the prepared statement (used
-	// after a few executions; LIMIT $3 unknown, so estimated at 10% of the
-	// table) is a hash semi-join over a sequential scan of the whole table:
+	// the plan. With IN, the generic plan of the prepared statement (see
+	// st; its LIMIT unknown, so estimated at 10% of the table) is a hash
+	// semi-join over a sequential scan of the whole table:
 	// every claim then costs O(backlog), measured at 11 ms against 0.6 ms
 	// for 64 rows out of 20,000.
 	return st(`UPDATE `+q.Table+` AS q
@@ -397,7 +417,7 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, from []in
 	}
 	return st(`WITH done AS (
 	DELETE FROM `+q.Table+` AS x
-	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
+	USING unnest((SELECT $6::bigint[]), (SELECT $7::bigint[])) AS r(id, owner)
 	WHERE x.id = r.id AND x.owner = r.owner AND x.state + 0 = 2
 	RETURNING x.id
 ), h AS (
@@ -405,13 +425,13 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, from []in
 		SELECT (SELECT e.id FROM `+q.Table+` AS e
 		        WHERE e.ordering_key = k.k AND e.id >= k.f AND e.id <> ALL(ARRAY(SELECT id FROM done))
 		        ORDER BY e.id LIMIT 1)
-		FROM unnest($8::text[], $9::bigint[]) AS k(k, f)) AS ids
+		FROM unnest((SELECT $8::text[]), (SELECT $9::bigint[])) AS k(k, f)) AS ids
 ), `+directChoiceOf(`
 	SELECT p.id FROM `+q.Table+` AS p, h
 	WHERE p.id = ANY(h.ids)
 	  AND p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
 	ORDER BY p.due_at, p.id
-	LIMIT $3
+	LIMIT (SELECT $3::int)
 	FOR UPDATE OF p SKIP LOCKED
 `)+`, u AS (
 `+directUpdate(q.Table)+`)
@@ -471,7 +491,7 @@ func claimable(table string) string {
 	  AND (p.ordering_key IS NULL OR NOT EXISTS (
 		SELECT 1 FROM ` + table + ` AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id))
 	ORDER BY p.due_at, p.id
-	LIMIT $3
+	LIMIT (SELECT $3::int)
 	FOR UPDATE OF p SKIP LOCKED
 `
 }
@@ -514,7 +534,7 @@ func (Dialect) ClaimComplete(q sqlqueue.Queue, owner int64, n, direct int, fetch
 	ids, owners := refArrays(done)
 	return st(`WITH done AS (
 	DELETE FROM `+q.Table+` AS x
-	USING unnest($6::bigint[], $7::bigint[]) AS r(id, owner)
+	USING unnest((SELECT $6::bigint[]), (SELECT $7::bigint[])) AS r(id, owner)
 	WHERE x.id = r.id AND x.owner = r.owner AND x.state + 0 = 2
 	RETURNING x.id
 ), `+directChoice(q.Table)+`, u AS (
@@ -530,7 +550,7 @@ func (Dialect) ReleaseDirect(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stm
 	ids, owners := refArrays(refs)
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL, attempts = greatest(q.attempts - 1, 0)
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners)
 }
@@ -603,7 +623,7 @@ func (Dialect) Begin(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration)
 	ids, owners := refArrays(refs)
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond'
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1
 RETURNING q.id, q.attempts`, ids, owners, sqlqueue.Millis(lease))
 }
@@ -612,7 +632,7 @@ RETURNING q.id, q.attempts`, ids, owners, sqlqueue.Millis(lease))
 func (Dialect) Complete(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(refs)
 	return st(`DELETE FROM `+q.Table+` AS q
-USING unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+USING unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners)
 }
@@ -622,7 +642,7 @@ func (Dialect) Renew(q sqlqueue.Queue, refs []sqlqueue.Ref, lease time.Duration)
 	ids, owners := refArrays(refs)
 	return st(`UPDATE `+q.Table+` AS q
 SET lease_until = now() + $3 * interval '1 millisecond'
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners, sqlqueue.Millis(lease))
 }
@@ -646,7 +666,7 @@ func (Dialect) Retry(q sqlqueue.Queue, rows []sqlqueue.RetryRef) sqlqueue.Stmt {
 SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond',
 	headers = CASE WHEN q.headers !~ '^\s*\{' OR q.headers ~* '\\u(0000|d[89a-f])' THEN q.headers
 		ELSE (q.headers::jsonb || jsonb_build_object('`+transport.MetadataAttemptErrors+`', `+keepLast(`coalesce(q.headers::jsonb ->> '`+transport.MetadataAttemptErrors+`', '') || r.line`)+`))::text END
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, owner, delay_ms, line)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::bigint[]), (SELECT $4::text[])) AS r(id, owner, delay_ms, line)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2
 RETURNING q.id`, ids, owners, delays, lines)
 }
@@ -666,7 +686,7 @@ func (Dialect) Release(q sqlqueue.Queue, refs []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(refs)
 	return st(`UPDATE `+q.Table+` AS q
 SET state = 0, owner = NULL, lease_until = NULL
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner)
+FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner)
 WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1
 RETURNING q.id`, ids, owners)
 }
@@ -807,7 +827,7 @@ func (Dialect) Listen(ctx context.Context, conn *sql.Conn, s *sqlqueue.WakeSessi
 const leadSQL = `SELECT r.t, CASE WHEN r.taking
 	THEN pg_try_advisory_lock(hashtextextended(current_schema() || ':wake:' || r.t, 0))
 	ELSE pg_advisory_unlock(hashtextextended(current_schema() || ':wake:' || r.t, 0)) AND false END
-FROM unnest($1::text[], $2::bool[]) AS r(t, taking)`
+FROM unnest((SELECT $1::text[]), (SELECT $2::bool[])) AS r(t, taking)`
 
 // IsMissingTable implements sqlqueue.MissingTableClassifier (SQLSTATE
 // 42P01, undefined_table).

@@ -29,19 +29,19 @@ func TestStatements(t *testing.T) {
 		args []any
 	}{
 		{"claim", d.Claim(q, 77, 5, 2*time.Second),
-			`UPDATE "berth_q_orders" AS q SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond', waiting = false WHERE q.id = ANY(ARRAY( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND NOT p.waiting AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now()) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT $3 FOR UPDATE OF p SKIP LOCKED )) RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
+			`UPDATE "berth_q_orders" AS q SET state = 1, owner = $1, lease_until = now() + $2 * interval '1 millisecond', waiting = false WHERE q.id = ANY(ARRAY( SELECT p.id FROM "berth_q_orders" AS p WHERE p.state = 0 AND NOT p.waiting AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now()) AND (p.ordering_key IS NULL OR NOT EXISTS ( SELECT 1 FROM "berth_q_orders" AS e WHERE e.ordering_key = p.ordering_key AND e.id < p.id)) ORDER BY p.due_at, p.id LIMIT (SELECT $3::int) FOR UPDATE OF p SKIP LOCKED )) RETURNING q.id, q.uuid, q.headers, q.body, q.attempts`,
 			[]any{int64(77), int64(2000), 5}},
 		{"begin", d.Begin(q, refs, 30*time.Second),
-			`UPDATE "berth_q_orders" AS q SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond' FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id, q.attempts`,
+			`UPDATE "berth_q_orders" AS q SET state = 2, attempts = q.attempts + 1, lease_until = now() + $3 * interval '1 millisecond' FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id, q.attempts`,
 			[]any{[]int64{1, 2}, []int64{10, 20}, int64(30000)}},
 		{"complete", d.Complete(q, refs),
-			`DELETE FROM "berth_q_orders" AS q USING unnest($1::bigint[], $2::bigint[]) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
+			`DELETE FROM "berth_q_orders" AS q USING unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
 			[]any{[]int64{1, 2}, []int64{10, 20}}},
 		{"release", d.Release(q, refs),
-			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL FROM unnest($1::bigint[], $2::bigint[]) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id`,
+			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[])) AS r(id, owner) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 1 RETURNING q.id`,
 			[]any{[]int64{1, 2}, []int64{10, 20}}},
 		{"retry", d.Retry(q, []sqlqueue.RetryRef{{Ref: refs[0], Delay: time.Second, Line: "attempt 1\n"}}),
-			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond', headers = CASE WHEN q.headers !~ '^\s*\{' OR q.headers ~* '\\u(0000|d[89a-f])' THEN q.headers ELSE (q.headers::jsonb || jsonb_build_object('berth_attempt_errors', CASE WHEN length(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line) <= 2000 THEN coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line ELSE substr(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), strpos(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), E'\n') + 1) END))::text END FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, owner, delay_ms, line) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
+			`UPDATE "berth_q_orders" AS q SET state = 0, owner = NULL, lease_until = NULL, due_at = now() + r.delay_ms * interval '1 millisecond', headers = CASE WHEN q.headers !~ '^\s*\{' OR q.headers ~* '\\u(0000|d[89a-f])' THEN q.headers ELSE (q.headers::jsonb || jsonb_build_object('berth_attempt_errors', CASE WHEN length(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line) <= 2000 THEN coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line ELSE substr(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), strpos(right(coalesce(q.headers::jsonb ->> 'berth_attempt_errors', '') || r.line, 2000), E'\n') + 1) END))::text END FROM unnest((SELECT $1::bigint[]), (SELECT $2::bigint[]), (SELECT $3::bigint[]), (SELECT $4::text[])) AS r(id, owner, delay_ms, line) WHERE q.id = r.id AND q.owner = r.owner AND q.state + 0 = 2 RETURNING q.id`,
 			[]any{[]int64{1}, []int64{10}, []int64{1000}, []string{"attempt 1\n"}}},
 	} {
 		if got := norm(c.st.SQL); got != c.sql {
