@@ -119,3 +119,29 @@ func FuzzDecodeHeaders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOrderingKeyOf checks the ordering key read in place against a decode
+// of the whole headers column: the same key, or "" where the decode fails
+// or hasOrderingKey's filter (the member as an encoder writes it) does not
+// pass.
+func FuzzOrderingKeyOf(f *testing.F) {
+	k := transport.MetadataOrderingKey
+	for _, s := range []string{
+		`{"` + k + `":"a"}`, `{"x":"y","` + k + `":"a","z":""}`, `{"` + k + `":"a","` + k + `":"b"}`,
+		`{"` + k + `":"a\"b"}`, `{"` + k + `":"\u00e9"}`, "{\"" + k + "\":\"\xff\"}", `{"` + k + `":null}`,
+		`{"` + k + `":1}`, `{"` + k + `":"a"} x`, `{"` + k + `":"a",}`, `{"\u0062erth_ordering_key":"a"}`,
+		`{"x":"\"` + k + `\":\"a\""}`, `{"` + k + `":"a","x":"\n"}`, `{"` + k + `" : "a" }`, `{"` + k + `":{"a":"b"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var md map[string]string
+		want := ""
+		if hasOrderingKey(b) && json.Unmarshal(b, &md) == nil {
+			want = md[k]
+		}
+		if got := orderingKeyOf(b); got != want {
+			t.Fatalf("%q: ordering key %q, a decode's %q", b, got, want)
+		}
+	})
+}

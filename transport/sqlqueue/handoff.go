@@ -2,7 +2,6 @@ package sqlqueue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -186,19 +185,6 @@ func (s *Source) freeKey(keys []string, from []int64) bool {
 	s.freed.add(false, keys, from)
 	s.kickNow()
 	return true
-}
-
-// orderingKeyOf returns the ordering key in a row's headers (a JSON object
-// of metadata), or "" when it has none.
-func orderingKeyOf(headers []byte) string {
-	if !hasOrderingKey(headers) {
-		return ""
-	}
-	var md map[string]string
-	if json.Unmarshal(headers, &md) != nil {
-		return "" // Map reports the headers
-	}
-	return md[transport.MetadataOrderingKey]
 }
 
 // claimKeys is the hand-off claim alone (see ClaimDirect): ClaimKeys in

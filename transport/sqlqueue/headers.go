@@ -75,8 +75,17 @@ func scanHeaders(b []byte) (md message.Metadata, ok bool) {
 // backslash, no control character, valid UTF-8. It returns the string and
 // the index after its closing quote.
 func plainString(b []byte, i int) (s string, next int, ok bool) {
-	if i >= len(b) || b[i] != '"' {
+	raw, next, ok := plainRaw(b, i)
+	if !ok {
 		return "", 0, false
+	}
+	return string(raw), next, true
+}
+
+// plainRaw is plainString without the copy: the string's bytes in b.
+func plainRaw(b []byte, i int) (raw []byte, next int, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
 	}
 	start := i + 1
 	ascii := true
@@ -85,16 +94,16 @@ func plainString(b []byte, i int) (s string, next int, ok bool) {
 		case c == '"':
 			raw := b[start:j]
 			if !ascii && !utf8.Valid(raw) {
-				return "", 0, false
+				return nil, 0, false
 			}
-			return string(raw), j + 1, true
+			return raw, j + 1, true
 		case c == '\\' || c < 0x20:
-			return "", 0, false
+			return nil, 0, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 // skipSpace returns the index of the first byte at or after i that is not

@@ -31,3 +31,14 @@ func BenchmarkDecodeHeaders(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkOrderingKeyOf reads a claimed row's ordering key from a typical
+// headers column, as every claim of a keyed queue does for each row.
+func BenchmarkOrderingKeyOf(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if orderingKeyOf(benchHeaders) != "customer-1842" {
+			b.Fatal("wrong key")
+		}
+	}
+}
