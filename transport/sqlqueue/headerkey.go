@@ -35,41 +35,14 @@ func orderingKeyOf(headers []byte) string {
 // last ordering-key member, which is the one a decode keeps, without
 // copying any other member.
 func scanOrderingKey(b []byte) (key string, ok bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return "", false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return "", skipSpace(b, i+1) == len(b)
-	}
+	o := plainObject{b: b}
 	for {
-		k, next, ok := plainRaw(b, i)
-		if !ok {
-			return "", false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return "", false
-		}
-		v, next, ok := plainRaw(b, skipSpace(b, i+1))
-		if !ok {
-			return "", false
+		k, v, more := o.next()
+		if !more {
+			return key, o.ok
 		}
 		if string(k) == transport.MetadataOrderingKey {
 			key = string(v)
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) {
-			return "", false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return key, skipSpace(b, i+1) == len(b)
-		default:
-			return "", false
 		}
 	}
 }

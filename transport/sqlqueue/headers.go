@@ -33,56 +33,85 @@ func decodeHeaders(b []byte) (message.Metadata, error) {
 // scanHeaders decodes b when it is a flat JSON object of plain strings; ok
 // is false for anything else.
 func scanHeaders(b []byte) (md message.Metadata, ok bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, false
-	}
-	i = skipSpace(b, i+1)
 	md = message.Metadata{}
-	if i < len(b) && b[i] == '}' {
-		return md, skipSpace(b, i+1) == len(b)
-	}
+	o := plainObject{b: b}
 	for {
-		key, next, ok := plainString(b, i)
-		if !ok {
-			return nil, false
+		k, v, more := o.next()
+		if !more {
+			if !o.ok {
+				return nil, false
+			}
+			return md, true
 		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return nil, false
-		}
-		val, next, ok := plainString(b, skipSpace(b, i+1))
-		if !ok {
-			return nil, false
-		}
-		md[key] = val
-		i = skipSpace(b, next)
-		if i >= len(b) {
-			return nil, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return md, skipSpace(b, i+1) == len(b)
-		default:
-			return nil, false
-		}
+		md[string(k)] = string(v)
 	}
 }
 
-// plainString reads a JSON string at b[i] that needs no unescaping: no
-// backslash, no control character, valid UTF-8. It returns the string and
-// the index after its closing quote.
-func plainString(b []byte, i int) (s string, next int, ok bool) {
-	raw, next, ok := plainRaw(b, i)
+// A plainObject walks b as a flat JSON object of plain strings
+// (plainRaw): next returns its members one by one, and after the last, ok
+// tells whether b was such an object, nothing after it but whitespace.
+type plainObject struct {
+	b  []byte
+	i  int // where the next member starts (after the opening brace once in)
+	in bool
+	// ok, once next returned more false: b is a well-formed object of
+	// plain strings.
+	ok   bool
+	done bool
+}
+
+// next returns the next member's key and value, in b; more is false at
+// the end of the object or at the first thing that is not plain.
+func (o *plainObject) next() (k, v []byte, more bool) {
+	if o.done {
+		return nil, nil, false
+	}
+	b := o.b
+	if !o.in {
+		o.in = true
+		i := skipSpace(b, 0)
+		if i >= len(b) || b[i] != '{' {
+			return o.end(false)
+		}
+		if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
+			return o.end(skipSpace(b, i+1) == len(b))
+		}
+		o.i = i
+	}
+	k, next, ok := plainRaw(b, o.i)
 	if !ok {
-		return "", 0, false
+		return o.end(false)
 	}
-	return string(raw), next, true
+	i := skipSpace(b, next)
+	if i >= len(b) || b[i] != ':' {
+		return o.end(false)
+	}
+	v, next, ok = plainRaw(b, skipSpace(b, i+1))
+	if !ok {
+		return o.end(false)
+	}
+	i = skipSpace(b, next)
+	switch {
+	case i < len(b) && b[i] == ',':
+		o.i = skipSpace(b, i+1)
+	case i < len(b) && b[i] == '}':
+		// The last member: the next call ends the walk.
+		o.done, o.ok = true, skipSpace(b, i+1) == len(b)
+	default:
+		return o.end(false)
+	}
+	return k, v, true
 }
 
-// plainRaw is plainString without the copy: the string's bytes in b.
+// end ends the walk, with ok as its verdict.
+func (o *plainObject) end(ok bool) (k, v []byte, more bool) {
+	o.done, o.ok = true, ok
+	return nil, nil, false
+}
+
+// plainRaw reads a JSON string at b[i] that needs no unescaping: no
+// backslash, no control character, valid UTF-8. It returns the string's
+// bytes in b and the index after its closing quote.
 func plainRaw(b []byte, i int) (raw []byte, next int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
