@@ -5,6 +5,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/berth-go/berth/transport"
 )
 
 // decodeHeaders decodes a row's headers column, a JSON object of strings,
@@ -34,79 +36,65 @@ func decodeHeaders(b []byte) (message.Metadata, error) {
 // is false for anything else.
 func scanHeaders(b []byte) (md message.Metadata, ok bool) {
 	md = message.Metadata{}
-	o := plainObject{b: b}
+	if !plainMembers(b, func(k, v []byte) { md[string(k)] = string(v) }) {
+		return nil, false
+	}
+	return md, true
+}
+
+// scanOrderingKey reads b as scanHeaders does (a flat JSON object of
+// plain strings, ok false for anything else) and returns the value of its
+// last ordering-key member, which is the one a decode keeps, without
+// copying any other member.
+func scanOrderingKey(b []byte) (key string, ok bool) {
+	ok = plainMembers(b, func(k, v []byte) {
+		if string(k) == transport.MetadataOrderingKey {
+			key = string(v)
+		}
+	})
+	return key, ok
+}
+
+// plainMembers calls f with the key and value (in b) of each member of b,
+// in order, and reports whether b is a flat JSON object of plain strings
+// (plainRaw) with nothing after it but whitespace. When it is not, f may
+// have seen the members before the fault.
+func plainMembers(b []byte, f func(k, v []byte)) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
 	for {
-		k, v, more := o.next()
-		if !more {
-			if !o.ok {
-				return nil, false
-			}
-			return md, true
+		k, next, ok := plainRaw(b, i)
+		if !ok {
+			return false
 		}
-		md[string(k)] = string(v)
-	}
-}
-
-// A plainObject walks b as a flat JSON object of plain strings
-// (plainRaw): next returns its members one by one, and after the last, ok
-// tells whether b was such an object, nothing after it but whitespace.
-type plainObject struct {
-	b  []byte
-	i  int // where the next member starts (after the opening brace once in)
-	in bool
-	// ok, once next returned more false: b is a well-formed object of
-	// plain strings.
-	ok   bool
-	done bool
-}
-
-// next returns the next member's key and value, in b; more is false at
-// the end of the object or at the first thing that is not plain.
-func (o *plainObject) next() (k, v []byte, more bool) {
-	if o.done {
-		return nil, nil, false
-	}
-	b := o.b
-	if !o.in {
-		o.in = true
-		i := skipSpace(b, 0)
-		if i >= len(b) || b[i] != '{' {
-			return o.end(false)
+		i = skipSpace(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return false
 		}
-		if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
-			return o.end(skipSpace(b, i+1) == len(b))
+		v, next, ok := plainRaw(b, skipSpace(b, i+1))
+		if !ok {
+			return false
 		}
-		o.i = i
+		f(k, v)
+		i = skipSpace(b, next)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return skipSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
 	}
-	k, next, ok := plainRaw(b, o.i)
-	if !ok {
-		return o.end(false)
-	}
-	i := skipSpace(b, next)
-	if i >= len(b) || b[i] != ':' {
-		return o.end(false)
-	}
-	v, next, ok = plainRaw(b, skipSpace(b, i+1))
-	if !ok {
-		return o.end(false)
-	}
-	i = skipSpace(b, next)
-	switch {
-	case i < len(b) && b[i] == ',':
-		o.i = skipSpace(b, i+1)
-	case i < len(b) && b[i] == '}':
-		// The last member: the next call ends the walk.
-		o.done, o.ok = true, skipSpace(b, i+1) == len(b)
-	default:
-		return o.end(false)
-	}
-	return k, v, true
-}
-
-// end ends the walk, with ok as its verdict.
-func (o *plainObject) end(ok bool) (k, v []byte, more bool) {
-	o.done, o.ok = true, ok
-	return nil, nil, false
 }
 
 // plainRaw reads a JSON string at b[i] that needs no unescaping: no

@@ -2,6 +2,7 @@ package sqlqueue
 
 import (
 	"bytes"
+	"encoding/json"
 
 	"github.com/berth-go/berth/transport"
 )
@@ -38,6 +39,30 @@ var orderingKeyField = []byte(`"` + transport.MetadataOrderingKey + `":`)
 // ordering key. A false positive (a value that contains the key's name)
 // costs one needless wake-up.
 func hasOrderingKey(headers []byte) bool { return bytes.Contains(headers, orderingKeyField) }
+
+// orderingKeyOf returns the ordering key in a row's headers (a JSON object
+// of metadata), or "" when it has none or the headers are not such an
+// object (Map reports those).
+//
+// Every claimed row of a keyed queue needs its key (for the hand-off),
+// long before Map decodes the headers. A decode into a map for it cost
+// about 2.5 µs and a map per row. scanOrderingKey reads the object in
+// place, as scanHeaders does, and hands what it does not read exactly to
+// json.Unmarshal, so the result is the decode's whenever hasOrderingKey's
+// filter passes (FuzzOrderingKeyOf).
+func orderingKeyOf(headers []byte) string {
+	if !hasOrderingKey(headers) {
+		return ""
+	}
+	if key, ok := scanOrderingKey(headers); ok {
+		return key
+	}
+	var md map[string]string
+	if json.Unmarshal(headers, &md) != nil {
+		return ""
+	}
+	return md[transport.MetadataOrderingKey]
+}
 
 // unblocked is told of ds, just settled (completed or dead-lettered): the
 // next row of each one's ordering key is claimable now, and no insert,
