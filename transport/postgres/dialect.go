@@ -410,6 +410,18 @@ func (Dialect) ClaimDirect(q sqlqueue.Queue, owner int64, n, direct int, fetchTi
 // (see InsertNotify); the keys past the $3 rows stay freed for the
 // source's next claim (claimKeyRows); the sweeper promotes what is left
 // (PromoteHeads).
+//
+// The heads found are then read again, to be locked, by their ids through
+// the primary key. Their state is tested as "state + 0" (as the
+// settlements test theirs, see refArrays), which no partial index's
+// predicate matches: with a plain "state = 0" the generic plan made
+// without statistics (a new table, or one analyzed while empty, as a
+// queue's first claims run before the source's ANALYZE) read the pending
+// index instead, every due pending row filtered by id, and the connection
+// kept that plan. In a drain of 20,000 rows with 1,000 keys, 17
+// hand-offs ran it, 26 ms each instead of 1–5: 445 ms of the server's
+// time in a drain of 1.2 s (TestHandOffLocksHeadsByPrimaryKey,
+// docs/benchmarks.md).
 func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, from []int64, n, direct int, fetchTimeout, lease time.Duration, done []sqlqueue.Ref) sqlqueue.Stmt {
 	ids, owners := refArrays(done)
 	if len(from) != len(keys) {
@@ -429,7 +441,7 @@ func (Dialect) ClaimKeys(q sqlqueue.Queue, owner int64, keys []string, from []in
 ), `+directChoiceOf(`
 	SELECT p.id FROM `+q.Table+` AS p, h
 	WHERE p.id = ANY(h.ids)
-	  AND p.state = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
+	  AND p.state + 0 = 0 AND p.due_at <= now() AND (p.expires_at IS NULL OR p.expires_at > now())
 	ORDER BY p.due_at, p.id
 	LIMIT (SELECT $3::int)
 	FOR UPDATE OF p SKIP LOCKED

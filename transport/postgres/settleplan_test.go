@@ -85,6 +85,14 @@ func genericPlan(t *testing.T, db *sql.DB, st sqlqueue.Stmt) string {
 		switch v := a.(type) {
 		case int64:
 			lits[i] = strconv.FormatInt(v, 10)
+		case int:
+			lits[i] = strconv.Itoa(v)
+		case []string:
+			parts := make([]string, len(v))
+			for j, k := range v {
+				parts[j] = `"` + k + `"` // plain test keys: no quoting needed
+			}
+			lits[i] = "'{" + strings.Join(parts, ",") + "}'"
 		case []int64:
 			parts := make([]string, len(v))
 			for j, n := range v {
