@@ -569,14 +569,26 @@ RETURNING q.id`, ids, owners)
 
 // HasStats implements sqlqueue.StatsDialect: pg_stats (the view readable
 // by whoever may read the table, unlike pg_statistic) has a row for the
-// state column. to_regclass resolves the quoted name as the statements do
+// state column, and the table is at most four times the size its last
+// ANALYZE or VACUUM recorded (pg_class.relpages), plus 16 pages (128 kB)
+// of slack. to_regclass resolves the quoted name as the statements do
 // (a missing table reads as no statistics; ANALYZE then reports it).
+//
+// The size test is for the plans the connections keep, not the
+// statistics themselves: a statement's generic plan made while the table
+// was a page or two (a queue at light load) reads it whole (a sequential
+// scan is the cheapest way to read one page), and PostgreSQL keeps the
+// plan as the table grows, until something invalidates it, such as an
+// ANALYZE. A burst of 100,000 rows into a queue that had been quiet
+// drained at 14,000 msg/s instead of 19,900, its statements scanning the
+// growing table 644 times (docs/benchmarks.md).
 func (Dialect) HasStats(q sqlqueue.Queue) sqlqueue.Stmt {
 	return st(`SELECT EXISTS (
 	SELECT 1 FROM pg_stats AS s
 	JOIN pg_class AS c ON c.relname = s.tablename
 	JOIN pg_namespace AS n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
-	WHERE c.oid = to_regclass($1) AND s.attname = 'state')`, q.Table)
+	WHERE c.oid = to_regclass($1) AND s.attname = 'state'
+	  AND pg_relation_size(c.oid) <= (4 * greatest(c.relpages, 0) + 16)::bigint * current_setting('block_size')::bigint)`, q.Table)
 }
 
 // Analyze implements sqlqueue.StatsDialect. ANALYZE takes a SHARE UPDATE

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -18,13 +19,21 @@ import (
 // percent of the rows for pending, and may read and sort every pending
 // row for each claim instead of walking the pending index in order (a
 // burst of 50,000 rows into a new table: claims of 64 rows at 20–150 ms
-// instead of ~2). Statistics gathered once with rows in the table stay
-// good after it empties: ANALYZE of an empty table keeps the columns'
-// statistics. So a source checks once, after its first claim that comes
-// back full, and gathers them when the state column has none.
+// instead of ~2).
+//
+// Statistics can also be out of date for the plans that use them: a
+// connection keeps a statement's generic plan, and one made while the
+// table held a page or two reads the whole table, which it goes on doing
+// as a burst fills it (see the PostgreSQL dialect's HasStats). An ANALYZE
+// makes every connection plan its statements again.
+//
+// So a source checks, in the background, after a claim that comes back
+// full (see checkStats), and gathers them when the table has none or has
+// grown well past the size they were gathered at.
 type StatsDialect interface {
 	// HasStats returns a read-only statement answering one row with one
-	// boolean: whether the queue table's state column has statistics.
+	// boolean: whether the queue table's state column has statistics that
+	// its present size does not make stale.
 	HasStats(q Queue) Stmt
 	// Analyze returns the statement that gathers the queue table's
 	// statistics; it runs inside a transaction (after Lock). It must not
@@ -32,24 +41,52 @@ type StatsDialect interface {
 	Analyze(q Queue) Stmt
 }
 
-// checkStats starts, once per source and only with a StatsDialect, the
-// check that the queue table has planner statistics (ensureStats), in the
-// background: the claim that triggered it returns at once. A source that
-// is closing starts nothing; Close waits for a check under way and cancels
-// its statements.
-func (s *Source) checkStats() {
+// statsCheckEvery is how often a source whose claims keep coming back
+// full checks the statistics again (a backlog that grows slowly while the
+// claims stay at their cap); statsCheckFrom is the least claim size that
+// checks as soon as it grows.
+const (
+	statsCheckEvery = time.Minute
+	statsCheckFrom  = 8
+)
+
+// checkStats starts the check that the queue table has current planner
+// statistics (ensureStats), in the background, only with a StatsDialect,
+// after a full claim of n rows: the source's first, one of at least
+// statsCheckFrom rows that asked for more rows than the one that started
+// the last check (a burst's claims double from one row after an empty
+// claim, so its first claims check as the table fills), or any
+// statsCheckEvery after the last; never while a check runs. Each check is
+// one catalog read; at light load (claims of a row or two) there is one a
+// minute at most. The claim that triggered it returns at once. A source
+// that is closing starts nothing; Close waits for a check under way and
+// cancels its statements.
+func (s *Source) checkStats(n int) {
 	sd, ok := s.e.d.(StatsDialect)
-	if !ok || s.statsChecked.Swap(true) {
+	if !ok {
 		return
 	}
+	now := time.Now().UnixNano()
+	last := s.statsAt.Load()
+	grew := n >= statsCheckFrom && int64(n) > s.statsN.Load()
+	if last != 0 && !grew && now-last < int64(statsCheckEvery) {
+		return
+	}
+	if !s.statsBusy.CompareAndSwap(false, true) {
+		return
+	}
+	s.statsAt.Store(now)
+	s.statsN.Store(int64(n))
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
 	if s.bgClosed {
+		s.statsBusy.Store(false)
 		return
 	}
 	s.swept.Add(1)
 	go func() {
 		defer s.swept.Done()
+		defer s.statsBusy.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StatementTimeout)
 		defer cancel()
 		go func() { // ends with ctx: the deferred cancel
@@ -65,17 +102,17 @@ func (s *Source) checkStats() {
 			guard.Do(func() { s.logger.Error("checking the queue table's planner statistics failed", err, nil) })
 		case analyzed:
 			guard.Do(func() {
-				s.logger.Debug("gathered the queue table's planner statistics (it had none yet)", watermill.LogFields{"table": s.q.Table})
+				s.logger.Debug("gathered the queue table's planner statistics (it had none, or none for its present size)", watermill.LogFields{"table": s.q.Table})
 			})
 		}
 	}()
 }
 
-// ensureStats runs ANALYZE on the queue table when its state column has no
-// statistics, and reports whether it did. Instances that start on a new
-// table together analyze it once: under a cluster lock taken without
-// waiting (the others skip), after a second look (one may have just
-// finished).
+// ensureStats runs ANALYZE on the queue table when it has no current
+// statistics (StatsDialect.HasStats), and reports whether it did.
+// Instances that find them missing together analyze the table once: under
+// a cluster lock taken without waiting (the others skip), after a second
+// look (one may have just finished).
 func (s *Source) ensureStats(ctx context.Context, sd StatsDialect) (bool, error) {
 	has, err := s.hasStats(ctx, s.e.db, sd)
 	if err != nil || has {

@@ -184,10 +184,14 @@
 //
 // A dialect implementing StatsDialect (PostgreSQL) plans claims from the
 // queue table's statistics, which a new table lacks until autovacuum's
-// first visit. Without them a claim may sort the whole backlog. Each
-// source checks once, in the background, after its first claim that
-// comes back full, and analyzes a table that has none, once for all the
-// instances that start on it together (Stats.Analyzes; analyze.go).
+// first visit. Without them a claim may sort the whole backlog. And a
+// connection keeps the plans it made while the table was small, which read
+// it whole, as a burst fills it. A source checks in the background after
+// its first claim that comes back full, after a burst's first full claims
+// (as their size grows), and at most once a minute otherwise, and analyzes
+// a table that has no statistics or has grown well past the size they
+// describe, once for all the instances that find it so together (the
+// ANALYZE makes every connection plan again; Stats.Analyzes; analyze.go).
 //
 // # Idle
 //

@@ -74,9 +74,11 @@ type Source struct {
 	// hints turns notifications into the rows they announce.
 	hints hintEstimate
 
-	// statsChecked: the planner-statistics check ran or is running
-	// (analyze.go).
-	statsChecked atomic.Bool
+	// statsAt is when the planner-statistics check last started, Unix ns,
+	// and statsN the size of the claim that started it, 0 after an empty
+	// claim (analyze.go); statsBusy: one is running.
+	statsAt, statsN atomic.Int64
+	statsBusy       atomic.Bool
 
 	// lastOK is when the database last answered a claim or a ping, Unix
 	// ns (LastContact).
@@ -349,6 +351,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	case len(ds) == 0:
 		s.shortAt.Store(time.Now().UnixNano())
 		s.e.ctrs.emptyClaims.Add(1)
+		s.statsN.Store(0)    // the next burst's claims check again
 		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
 		if s.idle != nil {
 			s.parked.Store(true)
@@ -358,7 +361,7 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 		s.short.Store(true)
 		s.shortAt.Store(time.Now().UnixNano())
 	default:
-		s.checkStats()
+		s.checkStats(max)
 	}
 	if len(ds) > 0 && s.idle != nil {
 		s.idle.wake()

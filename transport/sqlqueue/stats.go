@@ -51,9 +51,9 @@ type Stats struct {
 	Sweeps      int64 // sweeper statements (including its lock)
 	Tx          int64 // BEGIN and COMMIT/ROLLBACK round trips
 	Other       int64 // schema, subscription and statistics statements
-	// Analyzes counts the queue tables this subscriber analyzed because
-	// they had no planner statistics yet (StatsDialect); their statements
-	// count under Other.
+	// Analyzes counts the ANALYZEs of queue tables this subscriber ran
+	// because they had no planner statistics, or none for their present
+	// size (StatsDialect); their statements count under Other.
 	Analyzes int64
 
 	LeaseLost    int64 // settlements refused because the fence did not match
