@@ -579,9 +579,10 @@ RETURNING q.id`, ids, owners)
 // was a page or two (a queue at light load) reads it whole (a sequential
 // scan is the cheapest way to read one page), and PostgreSQL keeps the
 // plan as the table grows, until something invalidates it, such as an
-// ANALYZE. A burst of 100,000 rows into a queue that had been quiet
-// drained at 14,000 msg/s instead of 19,900, its statements scanning the
-// growing table 644 times (docs/benchmarks.md).
+// ANALYZE. A burst of 100,000 rows into a queue that autovacuum had left
+// at four pages drained at 10,585 msg/s, its statements scanning the
+// growing table about 1,150 times; with this test, at 15,128–19,607 and
+// about 60 times (docs/benchmarks.md).
 func (Dialect) HasStats(q sqlqueue.Queue) sqlqueue.Stmt {
 	return st(`SELECT EXISTS (
 	SELECT 1 FROM pg_stats AS s

@@ -70,9 +70,9 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 // the whole table. When a burst fills it, the first claims that come back
 // full find the statistics stale for the table's size and analyze it,
 // which makes every connection plan again: a burst of 100,000 rows into
-// such a queue drained at 10,500 msg/s with 1,169 sequential scans of the
-// table, and at 18,100 with 54 (docs/benchmarks.md). A claim of the same
-// size soon after checks nothing.
+// such a queue drained at 10,585 msg/s with about 1,150 sequential scans
+// of the table, and at 15,128–19,607 with about 60 (docs/benchmarks.md).
+// A claim of the same size soon after checks nothing.
 func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 	db := openDB(t, 4)
 	src := newSource(t, db, "burststats")
