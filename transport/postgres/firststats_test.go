@@ -29,14 +29,7 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 		`INSERT INTO `+q.Table+` (uuid, headers, body)
 		 SELECT md5(g::text), '{}', convert_to(repeat('x', 60), 'UTF8') FROM generate_series(1, 20000) AS g`,
 	)
-	hasStats := func() bool {
-		var has bool
-		st := postgres.Dialect{}.HasStats(q)
-		if err := db.QueryRowContext(ctx, st.SQL, st.Args...).Scan(&has); err != nil {
-			t.Fatal(err)
-		}
-		return has
-	}
+	hasStats := func() bool { return hasStats(t, db, q) }
 	if hasStats() {
 		t.Fatal("the new table has statistics before any claim")
 	}
@@ -87,14 +80,7 @@ func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 		insert(2),
 		`VACUUM ANALYZE `+q.Table, // a quiet queue, as autovacuum leaves it
 	)
-	hasStats := func() bool {
-		var has bool
-		st := postgres.Dialect{}.HasStats(q)
-		if err := db.QueryRowContext(ctx, st.SQL, st.Args...).Scan(&has); err != nil {
-			t.Fatal(err)
-		}
-		return has
-	}
+	hasStats := func() bool { return hasStats(t, db, q) }
 	if !hasStats() {
 		t.Fatal("the quiet queue's statistics read as stale")
 	}
@@ -131,6 +117,17 @@ func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 	if st := src.Stats(); st.Analyzes != 1 || st.Other != other {
 		t.Errorf("after a claim of the same size: analyzes %d, other statements %d → %d; want 1 and no check", st.Analyzes, other, st.Other)
 	}
+}
+
+// hasStats answers the dialect's HasStats for q.
+func hasStats(t *testing.T, db *sql.DB, q sqlqueue.Queue) bool {
+	t.Helper()
+	var has bool
+	st := postgres.Dialect{}.HasStats(q)
+	if err := db.QueryRowContext(context.Background(), st.SQL, st.Args...).Scan(&has); err != nil {
+		t.Fatal(err)
+	}
+	return has
 }
 
 // claimPlan is EXPLAIN of the claim's choice of rows for 64 rows.
