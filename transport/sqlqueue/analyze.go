@@ -52,15 +52,17 @@ const (
 
 // checkStats starts the check that the queue table has current planner
 // statistics (ensureStats), in the background, only with a StatsDialect,
-// after a full claim of n rows: the source's first, one of at least
-// statsCheckFrom rows that asked for more rows than the one that started
-// the last check (a burst's claims double from one row after an empty
-// claim, so its first claims check as the table fills), or any
-// statsCheckEvery after the last; never while a check runs. Each check is
-// one catalog read; at light load (claims of a row or two) there is one a
-// minute at most. The claim that triggered it returns at once. A source
-// that is closing starts nothing; Close waits for a check under way and
-// cancels its statements.
+// after a full claim of n rows: the source's first, any statsCheckEvery
+// after the last check, or one of at least statsCheckFrom rows that asked
+// for more rows than the claim of the last check; never while a check
+// runs. A burst's claims double from one row, so once the last check is a
+// minute old its first claims check as the table fills (at 1, 8, 16, 32
+// rows and so on); under a steady load, whose claims come back full at
+// sizes that come and go, a check follows each new high within the
+// minute, a handful a minute at most. Each check is one catalog read. The
+// claim that triggered it returns at once. A source that is closing
+// starts nothing; Close waits for a check under way and cancels its
+// statements.
 func (s *Source) checkStats(n int) {
 	sd, ok := s.e.d.(StatsDialect)
 	if !ok {

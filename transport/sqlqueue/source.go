@@ -75,8 +75,8 @@ type Source struct {
 	hints hintEstimate
 
 	// statsAt is when the planner-statistics check last started, Unix ns,
-	// and statsN the size of the claim that started it, 0 after an empty
-	// claim (analyze.go); statsBusy: one is running.
+	// and statsN the size of the claim that started it (analyze.go);
+	// statsBusy: one is running.
 	statsAt, statsN atomic.Int64
 	statsBusy       atomic.Bool
 
@@ -351,7 +351,6 @@ func (s *Source) ClaimDirect(ctx context.Context, max, direct int) ([]*transport
 	case len(ds) == 0:
 		s.shortAt.Store(time.Now().UnixNano())
 		s.e.ctrs.emptyClaims.Add(1)
-		s.statsN.Store(0)    // the next burst's claims check again
 		s.w.idle.Store(true) // the loop now waits: a wake-up candidate
 		if s.idle != nil {
 			s.parked.Store(true)
