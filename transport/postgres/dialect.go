@@ -589,7 +589,7 @@ func (Dialect) HasStats(q sqlqueue.Queue) sqlqueue.Stmt {
 	JOIN pg_class AS c ON c.relname = s.tablename
 	JOIN pg_namespace AS n ON n.oid = c.relnamespace AND n.nspname = s.schemaname
 	WHERE c.oid = to_regclass($1) AND s.attname = 'state'
-	  AND pg_relation_size(c.oid) <= (4 * greatest(c.relpages, 0) + 16)::bigint * current_setting('block_size')::bigint)`, q.Table)
+	  AND pg_relation_size(c.oid) <= (4 * c.relpages + 16)::bigint * current_setting('block_size')::bigint)`, q.Table)
 }
 
 // Analyze implements sqlqueue.StatsDialect. ANALYZE takes a SHARE UPDATE
