@@ -61,16 +61,25 @@ type harness struct {
 	// runNotes are the current run's notes.
 	runNotes []string
 	// effectErrs counts the current run's failed effects (effect.go), and
-	// firstEffectErr is the first.
-	effectMu       sync.Mutex
-	effectErrs     int
-	firstEffectErr error
+	// firstEffectErr is the first. closeEffectErrs counts those that failed
+	// once the subscribers were closing: a redelivery that closing cut
+	// short (watermill-sql cancels the message's context, and with it its
+	// transaction), not a failure of the run.
+	effectMu        sync.Mutex
+	effectErrs      int
+	firstEffectErr  error
+	closeEffectErrs int
 }
 
-// effectErr records a handler's failed effect (the message is nacked).
-func (h *harness) effectErr(err error) {
+// effectErr records a handler's failed effect (the message is nacked);
+// closing tells whether the subscribers had begun to close.
+func (h *harness) effectErr(err error, closing bool) {
 	h.effectMu.Lock()
 	defer h.effectMu.Unlock()
+	if closing {
+		h.closeEffectErrs++
+		return
+	}
 	if h.effectErrs++; h.firstEffectErr == nil {
 		h.firstEffectErr = err
 	}
@@ -262,6 +271,9 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 		pools    []*sql.DB
 		insts    []instance
 		handlers sync.WaitGroup
+		// closing is set once the measured run is over, before the
+		// subscribers close (see harness.effectErr).
+		closing atomic.Bool
 	)
 	closeAll := func() error {
 		// All at once, as separate processes would stop: closing one by
@@ -311,7 +323,7 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 					time.Sleep(rc.Handler) // the simulated work
 					if in.effect != nil {
 						if err := in.effect(msg); err != nil {
-							h.effectErr(err)
+							h.effectErr(err, closing.Load())
 							msg.Nack()
 							return
 						}
@@ -400,6 +412,7 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	}
 	opened := slices.Clone(insts)
 	closeStart := time.Now()
+	closing.Store(true)
 	if err := closeAll(); err != nil {
 		return res, fmt.Errorf("sqlbench: %s: close: %w", st.name, err)
 	}
@@ -486,7 +499,10 @@ func (h *harness) Run(ctx context.Context, rc RunConfig) (res bench.Result, err 
 	if h.effectErrs > 0 {
 		notes = append(notes, fmt.Sprintf("%d effects failed (nacked), the first: %v", h.effectErrs, h.firstEffectErr))
 	}
-	h.effectErrs, h.firstEffectErr = 0, nil
+	if h.closeEffectErrs > 0 {
+		notes = append(notes, fmt.Sprintf("%d deliveries in flight at close ended without their effect", h.closeEffectErrs))
+	}
+	h.effectErrs, h.firstEffectErr, h.closeEffectErrs = 0, nil, 0
 	h.effectMu.Unlock()
 	notes = append(notes, dbNotes...)
 	notes = append(notes, h.runNotes...)
