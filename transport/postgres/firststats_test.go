@@ -29,8 +29,8 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 		`INSERT INTO `+q.Table+` (uuid, headers, body)
 		 SELECT md5(g::text), '{}', convert_to(repeat('x', 60), 'UTF8') FROM generate_series(1, 20000) AS g`,
 	)
-	hasStats := func() bool { return hasStats(t, db, q) }
-	if hasStats() {
+	statsCurrent := func() bool { return hasStats(t, db, q) }
+	if statsCurrent() {
 		t.Fatal("the new table has statistics before any claim")
 	}
 	t.Logf("claim plan before:\n%s", claimPlan(t, db, q))
@@ -39,7 +39,7 @@ func TestFirstFullClaimGathersStatistics(t *testing.T) {
 	if err != nil || len(ds) != 5 {
 		t.Fatalf("claim: %d rows, %v", len(ds), err)
 	}
-	waitFor(t, 10*time.Second, hasStats)
+	waitFor(t, 10*time.Second, statsCurrent)
 	waitFor(t, 10*time.Second, func() bool { return src.Stats().Analyzes == 1 })
 	if plan := claimPlan(t, db, q); strings.Contains(plan, "Sort") || !strings.Contains(plan, "_ready") {
 		t.Errorf("with statistics the claim still sorts instead of walking the ready index:\n%s", plan)
@@ -80,8 +80,7 @@ func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 		insert(2),
 		`VACUUM ANALYZE `+q.Table, // a quiet queue, as autovacuum leaves it
 	)
-	hasStats := func() bool { return hasStats(t, db, q) }
-	if !hasStats() {
+	if !hasStats(t, db, q) {
 		t.Fatal("the quiet queue's statistics read as stale")
 	}
 	before := src.Stats().Other
@@ -94,7 +93,7 @@ func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 	if src.Stats().Analyzes != 0 {
 		t.Fatal("the quiet queue was analyzed")
 	}
-	if hasStats() {
+	if hasStats(t, db, q) {
 		t.Fatal("statistics of a two-row table read as current for 5,000 rows")
 	}
 	// Full, of more rows than the last check's claim, and as large as a
@@ -104,7 +103,7 @@ func TestBurstAfterQuietGathersStatistics(t *testing.T) {
 		t.Fatalf("burst claim: %d rows, %v", len(ds), err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return src.Stats().Analyzes == 1 })
-	if !hasStats() {
+	if !hasStats(t, db, q) {
 		t.Error("after the ANALYZE the statistics still read as stale")
 	}
 	if ds, err := src.Claim(ctx, 16); err != nil || len(ds) != 16 {
